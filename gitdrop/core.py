@@ -1,0 +1,509 @@
+"""The verb layer: one method per thing an agent does. The CLI, the MCP server
+and the notifier call these; each write is one commit checked by the rules."""
+
+import os
+import time
+
+from . import events, fmt, machine, model
+from .errors import Ambiguous, NotFound, Refusal, UsageError
+from .store import Store
+from .view import RoomView, first_parent_walk, render_file
+
+HEALTH = ((120, "healthy"), (600, "stale"))
+IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
+
+
+def default_hub() -> str:
+    return os.environ.get("GITDROP_HUB") or os.path.expanduser("~/.gitdrop/hub.git")
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _subject_text(text: str, width: int = 60) -> str:
+    line = " ".join(text.strip().split("\n", 1)[0].split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class Room:
+    """One room of a hub, seen by whoever calls: each write names its agent."""
+
+    def __init__(self, store: Store, name: str, clock=_now):
+        self.store = store
+        self.name = name
+        self.ref = store.room_ref(name)
+        self.clock = clock
+
+    # --- reading ---------------------------------------------------------------
+    def view(self, at: str = "") -> RoomView:
+        return self.store.view(self.name, at)
+
+    def resolve(self, name: str, view: RoomView | None = None) -> str:
+        """A full agent id for `name` (team/name, or a short name if unambiguous)."""
+        view = view or self.view()
+        if not name:
+            raise UsageError("no agent given", "say who you are (--as / GITDROP_AGENT)")
+        if "/" in name:
+            if view.agent(name) is None:
+                raise NotFound(f"{name!r} is not registered in room {self.name!r}",
+                               "register it (gitdrop register) or check gitdrop who")
+            return name
+        found = [a["id"] for a in view.agents() if model.short(a["id"]) == name]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise NotFound(f"{name!r} is not registered in room {self.name!r}",
+                           "register it (gitdrop register) or check gitdrop who")
+        raise Ambiguous(f"AMBIGUOUS: {name!r} matches {', '.join(sorted(found))}.",
+                        "Use full name (team/agent).")
+
+    def _target(self, view, name: str) -> str:
+        if name in (model.ALL, "*"):
+            return model.ALL
+        if name.startswith("@"):
+            return name
+        try:
+            return self.resolve(name, view)
+        except NotFound as e:
+            raise Refusal("unknown-recipient", e.reason, "use gitdrop who to see who is "
+                          "here (names are team/name; @team for a team, all for everyone)")
+
+    # --- writing ---------------------------------------------------------------
+    def _write(self, agent: str, build, key: str = ""):
+        if key:
+            done = self._replayed(agent, key)
+            if done is not None:
+                return done
+        oid, result = self.store.write(self.ref, build, agent, now=self.clock())
+        if isinstance(result, dict):
+            result.setdefault("commit", oid)
+        return result
+
+    def _replayed(self, agent: str, key: str):
+        for n, c in enumerate(first_parent_walk(self.store.reader, self.store.room_tip(self.name))):
+            if n >= IDEMPOTENCY_WINDOW:
+                break
+            if c.author == agent and fmt.trailer(c.trailers, "id") == key:
+                return {"commit": c.oid, "replayed": True,
+                        "task": fmt.trailer(c.trailers, "task"),
+                        "id": fmt.trailer(c.trailers, "task") or fmt.trailer(c.trailers, "handshake")}
+        return None
+
+    @staticmethod
+    def _msg(subject, body, op, key="", **extra):
+        tr = [("op", op)] + [(k.replace("_", "-"), str(v)) for k, v in extra.items() if v]
+        if key:
+            tr.append(("id", key))
+        return fmt.format_message(subject, body, tr)
+
+    # --- agents ----------------------------------------------------------------
+    def register(self, agent_id: str, roles=(), description: str = "", key: str = "") -> dict:
+        if not model.is_agent_id(agent_id):
+            raise UsageError(f"bad agent name {agent_id!r}",
+                             "names are team/name of letters, digits, '.', '_' or '-'")
+        roles = [r.strip() for r in roles if r.strip()]
+
+        def build(view, tip):
+            now = self.clock()
+            old = view.agent(agent_id)
+            if old is not None:  # an upsert: roles and description change in place
+                new = dict(old, roles=roles or old["roles"],
+                           description=description or old["description"], last_seen=now)
+                return ({model.agent_path(agent_id): render_file("agent", new)},
+                        self._msg(f"{model.short(agent_id)} updated its profile", "", "status"),
+                        {"agent": agent_id, "updated": True})
+            doc = model.with_defaults("agent", {"id": agent_id, "roles": roles,
+                                                "description": description,
+                                                "registered": now, "last_seen": now,
+                                                "cursor": tip})
+            return ({model.agent_path(agent_id): render_file("agent", doc)},
+                    self._msg(f"{model.short(agent_id)} joined {self.name}"
+                              + (f" as {', '.join(roles)}" if roles else ""), description,
+                              "register", key),
+                    {"agent": agent_id, "updated": False})
+        return self._write(agent_id, build, key)
+
+    def deregister(self, agent: str, who: str = "") -> dict:
+        agent = self.resolve(agent)
+        target = self.resolve(who) if who else agent
+
+        def build(view, tip):
+            if view.agent(target) is None:
+                raise NotFound(f"{target} is not registered", "")
+            return ({model.agent_path(target): None},
+                    self._msg(f"{model.short(target)} left {self.name}", "", "deregister"),
+                    {"agent": target})
+        return self._write(agent, build)
+
+    def _update_agent(self, agent, op, subject, **fields):
+        agent = self.resolve(agent)
+
+        def build(view, tip):
+            old = view.agent(agent)
+            if old is None:
+                raise NotFound(f"{agent} is not registered", "register first")
+            new = dict(old, **fields)
+            return ({model.agent_path(agent): render_file("agent", new)},
+                    self._msg(subject.format(name=model.short(agent)), "", op),
+                    {"agent": agent, **fields})
+        return self._write(agent, build)
+
+    def set_status(self, agent: str, status: str) -> dict:
+        return self._update_agent(agent, "status", "{name} is " + _subject_text(status or "idle"),
+                                  status=status, last_seen=self.clock())
+
+    def ping(self, agent: str) -> dict:
+        return self._update_agent(agent, "ping", "{name} pinged", last_seen=self.clock())
+
+    def who(self) -> list[dict]:
+        view, now = self.view(), self.clock()
+        out = []
+        for a in view.agents():
+            age = now - a["last_seen"] if a["last_seen"] else None
+            health = "unknown" if age is None else next(
+                (h for limit, h in HEALTH if age < limit), "dead")
+            out.append({"agent": a["id"], "name": model.short(a["id"]),
+                        "team": model.split_agent(a["id"])[0], "roles": a["roles"],
+                        "status": a["status"], "description": a["description"],
+                        "lead": model.is_lead(a, view.room), "health": health,
+                        "last_seen": a["last_seen"]})
+        return out
+
+    # --- messages --------------------------------------------------------------
+    def send(self, agent: str, to, text: str, cc=(), task: str = "", reply_to: str = "",
+             key: str = "") -> dict:
+        agent = self.resolve(agent)
+        to = [to] if isinstance(to, str) else list(to)
+        to = [x.strip() for t in to for x in t.split(",") if x.strip()]
+        cc = [x.strip() for t in ([cc] if isinstance(cc, str) else cc) for x in t.split(",")
+              if x.strip()]
+        if not to:
+            raise UsageError("no recipient", "name one: team/name, a short name, @team or all")
+
+        def build(view, tip):
+            rto = list(dict.fromkeys(self._target(view, t) for t in to))
+            rcc = [x for x in dict.fromkeys(self._target(view, t) for t in cc) if x not in rto]
+            shown = ", ".join(x if x.startswith("@") or x == model.ALL else model.short(x)
+                              for x in rto)
+            subject = f"{model.short(agent)} → {shown}: {_subject_text(text)}"
+            msg = self._msg(subject, text, "send", key, to=", ".join(rto), cc=", ".join(rcc),
+                            task=task, reply_to=reply_to)
+            return {}, msg, {"to": rto, "cc": rcc}
+        return self._write(agent, build, key)
+
+    def _events_since(self, view: RoomView, cursor: str, agent: str):
+        lead = view.is_lead(agent)
+        out = []
+        for c in first_parent_walk(self.store.reader, view.commit):
+            if c.oid == cursor:
+                break
+            if c.author == agent:
+                continue
+            ev = events.event(self.store.reader, c)
+            how = events.concerns(ev, agent, lead)
+            if how:
+                ev["via"] = how
+                out.append(ev)
+        out.reverse()
+        return out
+
+    def inbox(self, agent: str, limit: int = 20, peek: bool = False) -> dict:
+        """Unread messages and notices, oldest first; marks what it returns as read."""
+        agent = self.resolve(agent)
+        view = self.view()
+        me = view.agent(agent)
+        evs = self._events_since(view, me["cursor"], agent)
+        shown = evs[:limit] if limit else evs
+        remaining = len(evs) - len(shown)
+        result = {"agent": agent, "messages": shown, "remaining": remaining,
+                  "unread": len(evs)}
+        if peek or not evs:
+            return result
+        new_cursor = shown[-1]["id"] if remaining else view.commit
+        n = sum(1 for e in shown if e["op"] == "send")
+
+        def build(v, tip):
+            cur = v.agent(agent)
+            if cur is None:
+                raise NotFound(f"{agent} is not registered", "register first")
+            return ({model.agent_path(agent): render_file("agent", dict(cur, cursor=new_cursor))},
+                    self._msg(f"{model.short(agent)} read {n} message(s)"
+                              + (f" and {len(shown) - n} notice(s)" if len(shown) > n else ""),
+                              "", "read"), {})
+        result["commit"] = self._write(agent, build).get("commit", "")
+        return result
+
+    def history(self, n: int = 10, task: str = "", messages_only: bool = True) -> list[dict]:
+        out = []
+        for c in first_parent_walk(self.store.reader, self.store.room_tip(self.name)):
+            if len(out) >= n:
+                break
+            if messages_only and c.op != "send" and c.op:
+                continue
+            ev = events.event(self.store.reader, c)
+            if messages_only and ev["op"] != "send":
+                continue
+            if task and ev.get("task") != str(task):
+                continue
+            out.append(ev)
+        out.reverse()
+        return out
+
+    def log(self, n: int = 20, at: str = "") -> list[dict]:
+        out = []
+        tip = self.store.resolve(at) if at else self.store.room_tip(self.name)
+        for c in first_parent_walk(self.store.reader, tip):
+            if len(out) >= n:
+                break
+            out.append({"id": c.oid, "author": c.author, "time": c.time, "subject": c.subject,
+                        "op": c.op})
+        out.reverse()
+        return out
+
+    # --- tasks ------------------------------------------------------------------
+    def _next_id(self, view, names) -> int:
+        nums = [int(x) for x in names if str(x).isdigit()]
+        return max(nums, default=0) + 1
+
+    def create_task(self, agent: str, title: str, body: str = "", assignee: str = "",
+                    priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
+                    project: str = "", reviewer: str = "", key: str = "") -> dict:
+        agent = self.resolve(agent)
+
+        def build(view, tip):
+            tid = str(self._next_id(view, view.task_ids()))
+            who = self._target(view, assignee) if assignee else ""
+            rev = self._target(view, reviewer) if reviewer else ""
+            now = self.clock()
+            doc = model.with_defaults("task", {
+                "id": tid, "title": title.strip(), "creator": agent,
+                "state": "assigned" if who else "pending", "assignee": who, "reviewer": rev,
+                "priority": int(priority), "tags": [t for t in tags if t], "project": project,
+                "max_retries": view.settings["max_retries"] if max_retries is None else int(max_retries),
+                "handshake": int(handshake or 0), "created": now, "updated": now})
+            subject = f"task {tid} created by {model.short(agent)}: {_subject_text(title)}"
+            if who:
+                subject = f"task {tid} created and assigned to {model.short(who)}: {_subject_text(title, 40)}"
+            return ({model.task_path(tid): render_file("task", doc, body)},
+                    self._msg(subject, "", "task-create", key, task=tid),
+                    {"id": tid, "task": tid, "state": doc["state"], "assignee": who})
+        return self._write(agent, build, key)
+
+    def move_task(self, agent: str, task_id, move: str, note: str = "", assignee: str = "",
+                  question: str = "", answer: str = "", key: str = "", **edits) -> dict:
+        """Make one move of the state machine (see machine.MOVES)."""
+        agent = self.resolve(agent)
+        task_id = str(task_id).lstrip("#")
+        if move not in machine.MOVES:
+            raise UsageError(f"unknown move {move!r}", "moves: " + ", ".join(machine.MOVES))
+
+        def build(view, tip):
+            doc = view.task(task_id)
+            if doc is None:
+                raise NotFound(f"no task {task_id} in room {self.name!r}",
+                               "list tasks with gitdrop task list")
+            old, body = doc
+            new = dict(old, updated=self.clock(), note=note or "")
+            frm_state = old["state"]
+            if frm_state in machine.MOVES[move][0]:
+                new["state"] = machine.target(move, old)
+            else:
+                new["state"] = machine.MOVES[move][1] if machine.MOVES[move][1] in machine.STATES else frm_state
+            if move == "assign":
+                new["assignee"] = self._target(view, assignee) if assignee else ""
+                new["signoffs"] = []
+            elif move == "claim":
+                new["assignee"] = agent
+                if old["state"] == "assigned" and old["assignee"]:
+                    raise Refusal("task-state-machine", f"task {task_id} was already claimed by "
+                                  f"{old['assignee']}", "pick another task (gitdrop task list "
+                                  "--state pending)")
+            elif move == "retry":
+                new["retries"] = old["retries"] + 1
+                if assignee:
+                    new["assignee"] = self._target(view, assignee)
+                new["signoffs"] = []
+            elif move == "block":
+                new["resume"] = old["state"]
+            elif move == "unblock":
+                new["resume"] = ""
+            elif move == "ask":
+                new["question"], new["answer"] = question or note, ""
+            elif move == "answer":
+                new["answer"] = answer or note
+            elif move == "sign":
+                new["signoffs"] = old["signoffs"] + [agent]
+            elif move == "edit":
+                for k, v in edits.items():
+                    if k == "body":
+                        body = v
+                    elif v is not None:
+                        new[k] = v
+            subject = (f"task {task_id} {frm_state} → {new['state']} by {model.short(agent)}"
+                       if new["state"] != frm_state else
+                       f"task {task_id} {move}{'ed' if move == 'sign' else ''} by {model.short(agent)}")
+            if move in ("assign", "retry") and new["assignee"]:
+                subject += f" (to {model.short(new['assignee'])})"
+            return ({model.task_path(task_id): render_file("task", new, body)},
+                    self._msg(subject, note or question or answer, "task-" + move, key,
+                              task=task_id),
+                    {"id": task_id, "task": task_id, "state": new["state"], "from": frm_state,
+                     "assignee": new["assignee"]})
+        return self._write(agent, build, key)
+
+    def task(self, task_id) -> dict:
+        doc = self.view().task(str(task_id).lstrip("#"))
+        if doc is None:
+            raise NotFound(f"no task {task_id} in room {self.name!r}", "gitdrop task list")
+        return dict(doc[0], body=doc[1])
+
+    def list_tasks(self, state: str = "", assignee: str = "", tag: str = "", project: str = "",
+                   include_done: bool = False) -> list[dict]:
+        view = self.view()
+        if assignee and assignee != "none":
+            assignee = self.resolve(assignee, view)
+        states = {s.strip() for s in state.split(",") if s.strip()}
+        out = []
+        for tid in view.task_ids():
+            t = view.task(tid)[0]
+            if states and t["state"] not in states:
+                continue
+            if not states and not include_done and t["state"] in machine.TERMINAL:
+                continue
+            if assignee and t["assignee"] != ("" if assignee == "none" else assignee):
+                continue
+            if tag and tag not in t["tags"]:
+                continue
+            if project and t["project"] != project:
+                continue
+            out.append(t)
+        out.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
+        return out
+
+    # --- handshakes ----------------------------------------------------------
+    def start_handshake(self, agent: str, plan: str, targets=(), key: str = "") -> dict:
+        agent = self.resolve(agent)
+        targets = [x.strip() for t in ([targets] if isinstance(targets, str) else targets)
+                   for x in t.split(",") if x.strip()]
+
+        def build(view, tip):
+            hid = self._next_id(view, view.handshake_ids())
+            tg = [self._target(view, t) for t in targets] if targets else \
+                [a["id"] for a in view.agents() if a["id"] != agent]
+            tg = list(dict.fromkeys(x for x in tg if x != agent))
+            if any(x.startswith("@") or x == model.ALL for x in tg):
+                raise UsageError("handshake targets are agents", "name each agent (team/name)")
+            doc = model.with_defaults("handshake", {"id": hid, "initiator": agent, "targets": tg,
+                                                    "created": self.clock()})
+            return ({model.handshake_path(hid): render_file("handshake", doc, plan)},
+                    self._msg(f"handshake {hid} started by {model.short(agent)}: "
+                              f"{_subject_text(plan, 50)}", "", "handshake-start", key,
+                              handshake=hid),
+                    {"id": hid, "handshake": hid, "targets": tg, "status": "pending"})
+        return self._write(agent, build, key)
+
+    def ack_handshake(self, agent: str, hid) -> dict:
+        agent = self.resolve(agent)
+        hid = int(hid)
+
+        def build(view, tip):
+            doc = view.handshake(hid)
+            if doc is None:
+                raise NotFound(f"no handshake {hid}", "list them with gitdrop handshake status")
+            old, plan = doc
+            acks = old["acks"] + [agent]
+            status = "go" if set(acks) >= set(old["targets"]) else "pending"
+            new = dict(old, acks=acks, status=status)
+            subject = f"handshake {hid} acked by {model.short(agent)}" + (
+                " — GO" if status == "go" else f" ({len(acks)}/{len(old['targets'])})")
+            return ({model.handshake_path(hid): render_file("handshake", new, plan)},
+                    self._msg(subject, "", "handshake-ack", handshake=hid),
+                    {"id": hid, "handshake": hid, "status": status, "acks": acks})
+        return self._write(agent, build)
+
+    def handshake(self, hid) -> dict:
+        doc = self.view().handshake(int(hid))
+        if doc is None:
+            raise NotFound(f"no handshake {hid} in room {self.name!r}", "")
+        h, plan = doc
+        return dict(h, plan=plan, acked=h["acks"],
+                    pending=[t for t in h["targets"] if t not in h["acks"]])
+
+    def handshakes(self) -> list[dict]:
+        view = self.view()
+        return [self.handshake(h) for h in view.handshake_ids()]
+
+    # --- contracts and context -------------------------------------------------
+    def declare_contract(self, agent: str, name: str, spec: str, kind: str = "other",
+                         project: str = "") -> dict:
+        agent = self.resolve(agent)
+        if not model.KEY_RE.match(name or ""):
+            raise UsageError(f"bad contract name {name!r}", "use letters, digits, '.', '_', '-'")
+
+        def build(view, tip):
+            doc = view.contract(name)
+            if doc is None:
+                new = model.with_defaults("contract", {"name": name, "owner": agent,
+                                                       "kind": kind or "other", "version": 1,
+                                                       "project": project,
+                                                       "updated": self.clock()})
+            else:
+                new = dict(doc[0], kind=kind or doc[0]["kind"], version=doc[0]["version"] + 1,
+                           project=project or doc[0]["project"], updated=self.clock())
+            return ({model.contract_path(name): render_file("contract", new, spec)},
+                    self._msg(f"contract {name} v{new['version']} declared by "
+                              f"{model.short(agent)}", "", "contract-declare", contract=name),
+                    {"name": name, "version": new["version"], "owner": new["owner"]})
+        return self._write(agent, build)
+
+    def contracts(self, project: str = "", owner: str = "", kind: str = "") -> list[dict]:
+        view = self.view()
+        out = []
+        for name in view.contract_names():
+            c, spec = view.contract(name)
+            if (project and c["project"] != project) or (kind and c["kind"] != kind) or \
+                    (owner and c["owner"] != owner and model.short(c["owner"]) != owner):
+                continue
+            out.append(dict(c, spec=spec))
+        return out
+
+    def contract(self, name: str) -> dict:
+        doc = self.view().contract(name)
+        if doc is None:
+            raise NotFound(f"no contract {name!r}", "gitdrop contract list")
+        return dict(doc[0], spec=doc[1])
+
+    def set_context(self, agent: str, key: str, value: str | None) -> dict:
+        agent = self.resolve(agent)
+        if not model.KEY_RE.match(key or ""):
+            raise UsageError(f"bad context key {key!r}", "use letters, digits, '.', '_', '-'")
+
+        def build(view, tip):
+            text = None if value is None else value.rstrip("\n") + "\n"
+            return ({model.context_path(key): text},
+                    self._msg(f"context {key} {'cleared' if value is None else 'set'} by "
+                              f"{model.short(agent)}", "", "context-set"),
+                    {"key": key})
+        return self._write(agent, build)
+
+    def context(self, key: str = "") -> dict:
+        view = self.view()
+        if key:
+            v = view.context(key)
+            if v is None:
+                raise NotFound(f"no context {key!r}", "gitdrop context get (lists the keys)")
+            return {key: v.rstrip("\n")}
+        return {k: (view.context(k) or "").rstrip("\n") for k in view.context_keys()}
+
+    # --- the room itself -------------------------------------------------------
+    def update_room(self, agent: str, op: str, subject: str, **fields) -> dict:
+        agent_id = agent if "/" in agent else self.resolve(agent)
+
+        def build(view, tip):
+            room = dict(view.room)
+            for k, v in fields.items():
+                room[k] = v(room) if callable(v) else v
+            return ({model.ROOM_FILE: render_file("room", room)},
+                    self._msg(subject, "", op), {"room": self.name})
+        return self._write(agent_id, build)

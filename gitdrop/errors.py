@@ -1,0 +1,63 @@
+"""Typed refusals: every one names the rule, the commit and the next step."""
+
+
+class GitdropError(Exception):
+    """Base for errors a face reports to its user."""
+
+    rule = "error"
+    exit_code = 1
+
+    def __init__(self, reason: str, fix: str = "", commit: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.fix = fix
+        self.commit = commit
+
+    def to_dict(self) -> dict:
+        return {"error": self.rule, "rule": self.rule, "reason": self.reason,
+                "fix": self.fix, "commit": self.commit}
+
+    def render(self) -> str:
+        lines = [f"gitdrop: refused by rule {self.rule}"]
+        if self.commit:
+            lines.append(f"  commit: {self.commit}")
+        lines.append(f"  why: {self.reason}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        text = f"{self.rule}: {self.reason}"
+        return f"{text} Next: {self.fix}" if self.fix else text
+
+
+class Refusal(GitdropError):
+    """A rule said no. `rule` is the rule's stable name (see docs/PROTOCOL.md)."""
+
+    exit_code = 3
+
+    def __init__(self, rule: str, reason: str, fix: str = "", commit: str = ""):
+        super().__init__(reason, fix, commit)
+        self.rule = rule
+
+
+class NotFound(GitdropError):
+    rule = "not-found"
+    exit_code = 4
+
+
+class Ambiguous(GitdropError):
+    rule = "ambiguous"
+    exit_code = 5
+
+
+class Conflict(GitdropError):
+    """The ref kept moving: CAS retries were exhausted."""
+
+    rule = "conflict"
+    exit_code = 6
+
+
+class UsageError(GitdropError):
+    rule = "usage"
+    exit_code = 2

@@ -1,0 +1,114 @@
+"""What a commit means to people: who it is for, and a line that tells it.
+
+Used by the inbox, the notifier and the log, so every face tells the same story.
+Messages come from `send` commits; notices are derived from the files a task or
+handshake commit leaves behind, so a commit pushed by hand notifies like any other.
+"""
+
+from . import fmt, model, rules
+from .view import CommitData, parse_file
+
+NOTICE_OPS = {
+    "task-create": "assignee", "task-assign": "assignee", "task-retry": "assignee",
+    "task-reject": "assignee", "task-answer": "assignee", "task-unblock": "assignee",
+    "task-approve": "assignee", "task-cancel": "assignee", "task-submit": "reviewer",
+    "task-ask": "creator", "task-fail": "creator", "task-sign": "assignee",
+    "handshake-start": "targets", "handshake-ack": "go",
+}
+LEADS = "@leads"
+
+
+def op_of(reader, c: CommitData) -> tuple[str, str]:
+    """(op, path of the file it touched): from trailers, or inferred from the diff."""
+    op = c.op
+    task = fmt.trailer(c.trailers, "task")
+    hs = fmt.trailer(c.trailers, "handshake")
+    if rules.is_message(reader, c):
+        return "send", ""
+    if op and not op.startswith(("task-", "handshake-")):
+        return op, ""
+    if op and op.startswith("task-") and task:
+        return op, model.task_path(task)
+    if op and op.startswith("handshake-") and hs:
+        return op, model.handshake_path(hs)
+    parent_tree = reader.commit(c.parent).tree if c.parent else None
+    diff = reader.diff(parent_tree, c.tree)
+    if not diff:
+        return op or "send", ""
+    if op:
+        return op, diff[0][0]
+    from .store import changes_between  # only for commits made by hand
+    from .view import RoomView
+    try:
+        view = RoomView(reader, parent_tree, c.parent)
+        return rules.infer(view, c, changes_between(reader, parent_tree, c.tree)), diff[0][0]
+    except Exception:
+        return "unknown", diff[0][0]
+
+
+def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
+    """Who a notice is for; LEADS stands for every lead of the room."""
+    who = NOTICE_OPS.get(op)
+    if not who or not path:
+        return []
+    data = reader.read_path(c.tree, path)
+    if data is None:
+        return []
+    kind = "task" if path.startswith("tasks/") else "handshake"
+    try:
+        doc = parse_file(kind, data.decode("utf-8", "replace"))[0]
+    except ValueError:
+        return []
+    if who == "targets":
+        return list(doc["targets"])
+    if who == "go":
+        return list(doc["targets"]) + [doc["initiator"]] if doc["status"] == "go" else []
+    if who == "reviewer":
+        if doc["reviewer"]:
+            return [doc["reviewer"]]
+        return [LEADS]
+    return [doc[who]] if doc.get(who) else []
+
+
+def event(reader, c: CommitData) -> dict:
+    """A commit as a plain dict, for the log and the notifier."""
+    op, path = op_of(reader, c)
+    to, cc = rules.recipients(c) if op == "send" else ([], [])
+    ev = {"id": c.oid, "op": op, "from": c.author, "time": c.time, "subject": c.subject,
+          "to": to, "cc": cc, "text": (c.body or c.subject) if op == "send" else c.body,
+          "task": fmt.trailer(c.trailers, "task") or _key(path, "tasks/"),
+          "handshake": fmt.trailer(c.trailers, "handshake") or _key(path, "handshakes/")}
+    if op != "send":
+        ev["for"] = targets(reader, c, op, path)
+    return ev
+
+
+def _key(path: str, prefix: str) -> str:
+    return path[len(prefix):-3] if path.startswith(prefix) else ""
+
+
+def concerns(ev: dict, agent_id: str, lead: bool, reviewer_of=None) -> str:
+    """How an event reaches an agent ("to", "cc", "team", "all", "lead", "notice") or ""."""
+    if ev["from"] == agent_id:
+        return ""
+    if ev["op"] == "send":
+        to, cc = ev["to"], ev["cc"]
+        if agent_id in to:
+            return "to"
+        if agent_id in cc:
+            return "cc"
+        if "@" + model.split_agent(agent_id)[0] in to:
+            return "team"
+        if model.ALL in to:
+            return "all"
+        return "lead" if lead else ""
+    targets_ = ev.get("for", [])
+    if agent_id in targets_ or (LEADS in targets_ and lead):
+        return "notice"
+    return ""
+
+
+def summary(ev: dict) -> str:
+    if ev["op"] == "send":
+        return f"{model.short(ev['from'])}: {ev['text'][:200]}"
+    return ev["subject"]

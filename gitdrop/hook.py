@@ -1,0 +1,33 @@
+"""The pre-receive hook: every pushed commit goes through the same rules as a
+write from the CLI or MCP server. Refusing here leaves no trace (quarantine)."""
+
+import os
+import sys
+import time
+
+from .catfile import CatFile
+from .errors import Refusal
+from .verify import check_commits
+
+
+def pusher() -> str:
+    """The identity the transport authenticated: gitdrop-shell (SSH) or HTTP auth."""
+    return os.environ.get("GITDROP_PUSHER") or os.environ.get("REMOTE_USER", "")
+
+
+def main() -> int:
+    updates = [line.split() for line in sys.stdin.read().splitlines() if line.strip()]
+    reader = CatFile()
+    now = int(time.time())
+    try:
+        for old, new, ref in updates:
+            check_commits(reader, ref, old, new, now, pusher())
+    except Refusal as e:
+        sys.stderr.write(e.render() + "\n")
+        return 1
+    except Exception as e:  # a bug must not let a push through unchecked
+        sys.stderr.write(f"gitdrop: the hook failed ({type(e).__name__}: {e}); push refused\n")
+        return 1
+    finally:
+        reader.close()
+    return 0

@@ -1,0 +1,65 @@
+"""The task state machine: one table that the rules, the verbs, the docs and the
+tests all read.
+
+Each move: the states it leaves from, the state it goes to, who may make it and
+which header fields it may change besides `state`, `updated` and `note`.
+Who: assignee, reviewer (the task's reviewer, else a lead of the assignee's
+team, else any lead), lead, creator, member (any registered agent).
+"""
+
+STATES = ("pending", "assigned", "in_progress", "review", "completed", "failed",
+          "blocked", "feedback", "cancelled")
+TERMINAL = ("completed", "cancelled")
+OPEN = tuple(s for s in STATES if s not in TERMINAL)
+
+# move: (from states, to state, who may, fields it may change)
+MOVES = {
+    "assign":  (("pending", "assigned"), "assigned", ("lead", "creator"),
+                ("assignee", "reviewer", "signoffs", "resume")),
+    "claim":   (("pending",), "assigned", ("member",), ("assignee",)),
+    "start":   (("assigned",), "in_progress", ("assignee",), ()),
+    "submit":  (("in_progress",), "review", ("assignee",), ()),
+    "approve": (("review",), "completed", ("reviewer",), ()),
+    "reject":  (("review",), "in_progress", ("reviewer",), ()),
+    "fail":    (("assigned", "in_progress"), "failed", ("assignee", "lead"), ()),
+    "retry":   (("failed",), "assigned", ("lead", "creator"), ("assignee", "retries", "signoffs")),
+    "block":   (("assigned", "in_progress"), "blocked", ("assignee", "lead"), ("resume",)),
+    "unblock": (("blocked",), "resume", ("assignee", "lead"), ("resume",)),
+    "ask":     (("assigned", "in_progress"), "feedback", ("assignee",), ("question", "answer")),
+    "answer":  (("feedback",), "in_progress", ("creator", "lead"), ("answer",)),
+    "cancel":  (OPEN, "cancelled", ("creator", "lead"), ()),
+    "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
+    "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
+                ("title", "priority", "tags", "project", "reviewer", "max_retries", "body")),
+}
+
+# Moves that need a note (the reason) in the commit.
+NEEDS_NOTE = ("reject", "fail", "block", "ask", "answer")
+
+
+def target(move: str, task: dict) -> str:
+    to = MOVES[move][1]
+    if to == "resume":
+        return task.get("resume") or "assigned"
+    if to == "same":
+        return task["state"]
+    return to
+
+
+def moves_between(old_state: str, new_state: str) -> list[str]:
+    """Candidate moves for a hand-edited state change, in table order."""
+    out = []
+    for move, (frm, to, _who, _fields) in MOVES.items():
+        if old_state in frm and (to == new_state or to in ("resume",) or
+                                 (to == "same" and old_state == new_state)):
+            out.append(move)
+    return out
+
+
+def table_markdown() -> str:
+    rows = ["| move | from | to | who | may also change |", "|---|---|---|---|---|"]
+    for move, (frm, to, who, fields) in MOVES.items():
+        to_s = {"resume": "the state it was blocked from", "same": "(unchanged)"}.get(to, to)
+        rows.append(f"| {move} | {', '.join(frm)} | {to_s} | {', '.join(who)} | "
+                    f"{', '.join(fields) or '-'} |")
+    return "\n".join(rows)

@@ -1,0 +1,171 @@
+"""Domain vocabulary: names, paths in a room's tree, file schemas, limits.
+
+Pure data and tiny helpers; the rules, the verbs and the docs all read these.
+"""
+
+import re
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+DEFAULT_TEAM = "default"
+ALL = "all"
+
+ROOM_PREFIX = "refs/heads/rooms/"
+ARCHIVE_PREFIX = "refs/archive/rooms/"
+HUB_REF = "refs/heads/hub"
+
+ROOM_FILE = "room.toml"
+CONTRACT_KINDS = ("function", "dom_id", "css_class", "file_path", "api_endpoint",
+                  "event", "schema", "other")
+
+# Room settings and their defaults; room.toml may override any of them.
+DEFAULT_SETTINGS = {
+    "loop_cap": 60,          # messages one agent may send per window (0 = off)
+    "loop_window": 60,       # seconds
+    "max_message": 16384,    # bytes of message text
+    "max_file": 65536,       # bytes of any file in the room's tree
+    "max_title": 200,        # characters of a task title
+    "max_tags": 16,
+    "max_retries": 3,        # default for new tasks
+    "clock_skew": 300,       # seconds a commit may be dated ahead of the hub clock
+}
+
+
+def is_name(s: str) -> bool:
+    return bool(NAME_RE.match(s or ""))
+
+
+def split_agent(agent_id: str) -> tuple[str, str]:
+    team, sep, name = agent_id.partition("/")
+    if not sep:
+        return DEFAULT_TEAM, team
+    return team, name
+
+
+def is_agent_id(s: str) -> bool:
+    team, sep, name = (s or "").partition("/")
+    return bool(sep) and is_name(team) and is_name(name)
+
+
+def agent_path(agent_id: str) -> str:
+    team, name = split_agent(agent_id)
+    return f"agents/{team}/{name}.toml"
+
+
+def task_path(task_id) -> str:
+    return f"tasks/{task_id}.md"
+
+
+def handshake_path(hid) -> str:
+    return f"handshakes/{hid}.md"
+
+
+def contract_path(name: str) -> str:
+    return f"contracts/{name}.md"
+
+
+def context_path(key: str) -> str:
+    return f"context/{key}.md"
+
+
+def kind_of(path: str) -> tuple[str, str]:
+    """Which entity a path in a room's tree holds: (kind, key) or ("", "")."""
+    if path == ROOM_FILE:
+        return "room", ""
+    parts = path.split("/")
+    if len(parts) == 3 and parts[0] == "agents" and parts[2].endswith(".toml"):
+        team, name = parts[1], parts[2][:-5]
+        if is_name(team) and is_name(name):
+            return "agent", f"{team}/{name}"
+    if len(parts) == 2 and parts[1].endswith(".md"):
+        key = parts[1][:-3]
+        if parts[0] == "tasks" and KEY_RE.match(key):
+            return "task", key
+        if parts[0] == "handshakes" and key.isdigit():
+            return "handshake", key
+        if parts[0] == "contracts" and KEY_RE.match(key):
+            return "contract", key
+        if parts[0] == "context" and KEY_RE.match(key):
+            return "context", key
+    return "", ""
+
+
+def short(agent_id: str) -> str:
+    return agent_id.rpartition("/")[2]
+
+
+def is_lead(agent: dict | None, room: dict) -> bool:
+    """A lead: an agent whose roles include lead, or a team's lead in room.toml."""
+    if not agent:
+        return False
+    if "lead" in agent.get("roles", []):
+        return True
+    return agent.get("id") in room.get("leads", {}).values()
+
+
+def lead_of_team(room: dict, team: str) -> str:
+    return room.get("leads", {}).get(team, "")
+
+
+def settings(room: dict) -> dict:
+    s = dict(DEFAULT_SETTINGS)
+    s.update({k: v for k, v in room.get("settings", {}).items() if k in DEFAULT_SETTINGS})
+    return s
+
+
+def member_team(room: dict, team: str) -> bool:
+    return bool(room.get("open")) or team in room.get("teams", [])
+
+
+# Fields each document kind carries, with their types and defaults.
+TASK_FIELDS = {
+    "id": "", "title": "", "state": "pending", "creator": "", "assignee": "",
+    "reviewer": "", "priority": 0, "tags": [], "project": "", "retries": 0,
+    "max_retries": 3, "handshake": 0, "signoffs": [], "resume": "",
+    "question": "", "answer": "", "note": "", "created": 0, "updated": 0,
+}
+AGENT_FIELDS = {
+    "id": "", "roles": [], "description": "", "status": "", "registered": 0,
+    "last_seen": 0, "cursor": "",
+}
+HANDSHAKE_FIELDS = {
+    "id": 0, "initiator": "", "targets": [], "acks": [], "status": "pending", "created": 0,
+}
+CONTRACT_FIELDS = {
+    "name": "", "owner": "", "kind": "other", "version": 1, "project": "", "updated": 0,
+}
+ROOM_FIELDS = {
+    "name": "", "created": 0, "open": False, "teams": [], "pinned": False,
+    "leads": {}, "settings": {},
+}
+FIELDS = {"task": TASK_FIELDS, "agent": AGENT_FIELDS, "handshake": HANDSHAKE_FIELDS,
+          "contract": CONTRACT_FIELDS, "room": ROOM_FIELDS}
+
+
+def check_fields(kind: str, data: dict) -> str:
+    """Return what is wrong with a document's header, or ""."""
+    schema = FIELDS[kind]
+    for k, v in data.items():
+        if k not in schema:
+            return f"unknown field {k!r} (allowed: {', '.join(schema)})"
+        want = schema[k]
+        if isinstance(want, bool):
+            ok = isinstance(v, bool)
+        elif isinstance(want, int):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif isinstance(want, list):
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif isinstance(want, dict):
+            ok = isinstance(v, dict)
+        else:
+            ok = isinstance(v, str) or (k == "id" and kind == "task" and isinstance(v, int))
+        if not ok:
+            return f"field {k!r} must be {type(want).__name__}, got {v!r}"[:200]
+    return ""
+
+
+def with_defaults(kind: str, data: dict) -> dict:
+    out = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+           for k, v in FIELDS[kind].items()}
+    out.update(data)
+    return out

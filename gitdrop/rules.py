@@ -1,0 +1,662 @@
+"""The rules: one pure function decides every commit on a room's branch.
+
+`check(before, commit, changes, ctx)` is called by the core before it moves a
+ref and by the pre-receive hook for every pushed commit, so both paths give the
+same verdict. It returns the operation the commit performs (from its
+`Gitdrop-Op` trailer, or inferred from its diff for a commit made by hand) and
+raises `Refusal` naming the rule, the commit and the fix otherwise.
+"""
+
+from . import fmt, machine, model
+from .errors import Refusal
+from .view import RoomView, first_parent_walk, parse_file
+
+
+class Ctx:
+    """What a check may consult besides the room: history, the clock, the pusher."""
+
+    def __init__(self, reader, now: int | None = None, pusher: str = ""):
+        self.reader = reader
+        self.now = now          # None when re-validating history: no clock rule
+        self.pusher = pusher    # identity the transport authenticated, if any
+
+
+class Change:
+    __slots__ = ("path", "old", "new", "kind", "key")
+
+    def __init__(self, path, old, new):
+        self.path, self.old, self.new = path, old, new
+        self.kind, self.key = model.kind_of(path)
+
+
+def _refuse(rule, c, reason, fix=""):
+    raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
+
+
+def infer(before: RoomView, c, changes: list[Change]) -> str:
+    """The operation a commit's diff performs (for commits made by hand)."""
+    if not changes:
+        return "send"
+    if len(changes) > 1:
+        kinds = sorted({ch.path for ch in changes})
+        _refuse("one-operation", c, f"the commit changes {len(changes)} files "
+                f"({', '.join(kinds[:5])}); one commit is one operation",
+                "split it into one commit per file/operation")
+    ch = changes[0]
+    if not ch.kind:
+        _refuse("format", c, f"{ch.path} is not a path gitdrop knows",
+                "see docs/PROTOCOL.md for the room layout (tasks/<id>.md, contracts/<name>.md, ...)")
+    if ch.kind == "room":
+        return "room-settings" if ch.old is not None else "room-create"
+    if ch.kind == "agent":
+        if ch.old is None:
+            return "register"
+        if ch.new is None:
+            return "deregister"
+        old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
+        diff = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
+        if diff == {"cursor"}:
+            return "read"
+        if diff <= {"last_seen"}:
+            return "ping"
+        return "status"
+    if ch.kind == "task":
+        if ch.old is None:
+            return "task-create"
+        if ch.new is None:
+            _refuse("task-state-machine", c, f"task {ch.key} cannot be deleted",
+                    "cancel it instead (gitdrop task cancel)")
+        old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
+        cands = machine.moves_between(old["state"], new["state"])
+        author = c.author
+        if "claim" in cands and new.get("assignee") == author and old.get("assignee") != author:
+            return "task-claim"
+        if old["state"] == new["state"] and old["signoffs"] != new["signoffs"]:
+            return "task-sign"
+        for m in cands:
+            if machine.target(m, old) == new["state"]:
+                return "task-" + m
+        _refuse("task-state-machine", c,
+                f"task {ch.key}: no move goes from {old['state']} to {new['state']}",
+                _moves_hint(old["state"]))
+    if ch.kind == "handshake":
+        return "handshake-start" if ch.old is None else "handshake-ack"
+    if ch.kind == "contract":
+        if ch.new is None:
+            _refuse("contract-owner", c, f"contract {ch.key} cannot be deleted",
+                    "declare a new version instead")
+        return "contract-declare"
+    return "context-set"
+
+
+def _moves_hint(state: str) -> str:
+    legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in machine.MOVES.items() if state in frm]
+    return "from " + state + " the legal moves are: " + ", ".join(legal) if legal else \
+        f"{state} is final; create a new task instead"
+
+
+def _doc(c, ch: Change, side: str):
+    text = ch.old if side == "old" else ch.new
+    try:
+        return parse_file(ch.kind, text)
+    except fmt.FormatError as e:
+        _refuse("format", c, f"{ch.path}: {e}", "fix the file so it matches docs/PROTOCOL.md")
+
+
+def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
+    """Accept (return the op) or refuse (raise Refusal) one commit."""
+    s = before.settings
+    if len(c.parents) > 1:
+        _refuse("linear-history", c, "merge commits are not allowed on a room branch",
+                "rebase onto the room's tip (git pull --rebase) and push again")
+    if ctx.now is not None and c.time > ctx.now + s["clock_skew"]:
+        _refuse("clock", c, f"the commit is dated {c.time - ctx.now}s in the future",
+                "fix the clock of the machine that made it and recommit")
+    for ch in changes:
+        data = ch.new if ch.new is not None else ""
+        if len(data.encode()) > s["max_file"]:
+            _refuse("size-limit", c, f"{ch.path} is {len(data.encode())} bytes; the room "
+                    f"allows {s['max_file']}", "shorten it or put the bulk in a repository file")
+    # A declared operation is checked for its exact shape by its own check below;
+    # a commit made by hand without one has its operation read from its diff.
+    op = c.op or infer(before, c, changes)
+    if ctx.pusher and c.author != ctx.pusher and op != "room-create":
+        _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
+                f"push was authenticated as {ctx.pusher}",
+                f"recommit with git config user.name {ctx.pusher}")
+    fn = CHECKS.get(op) or (_check_task_move if op.startswith("task-") else None)
+    if fn is None:
+        _refuse("one-operation", c, f"unknown operation {op!r}",
+                "use one of the operations listed in docs/PROTOCOL.md")
+    if op not in ("register", "room-create", "room-join"):
+        _registered(before, c, op)
+    fn(before, c, changes, ctx, op)
+    return op
+
+
+def _registered(before, c, op):
+    agent = before.agent(c.author) if model.is_agent_id(c.author) else None
+    if agent is None:
+        _refuse("registered-author", c, f"{c.author!r} is not registered in room "
+                f"{before.name!r}", "register first (gitdrop register NAME --team TEAM) and "
+                "make commits as team/name (git config user.name team/name)")
+    team = model.split_agent(c.author)[0]
+    if op != "deregister" and not model.member_team(before.room, team):
+        _refuse("room-membership", c, f"team {team!r} is not a member of room "
+                f"{before.name!r}", "ask a lead in the room to add your team (gitdrop room join)")
+
+
+def _only(c, changes, kind, rule="one-operation"):
+    if len(changes) != 1 or changes[0].kind != kind:
+        _refuse(rule, c, f"this operation must change exactly one {kind} file",
+                "make one commit per operation")
+    return changes[0]
+
+
+# --- agents ----------------------------------------------------------------
+
+def _check_register(before, c, changes, ctx, op):
+    ch = _only(c, changes, "agent")
+    if ch.old is not None:
+        _refuse("one-operation", c, f"{ch.key} is already registered", "use status/ping")
+    if ch.key != c.author:
+        _refuse("registered-author", c, f"{c.author} cannot register {ch.key}",
+                f"commit as {ch.key} (git config user.name {ch.key})")
+    team = model.split_agent(ch.key)[0]
+    if not model.member_team(before.room, team):
+        _refuse("room-membership", c, f"team {team!r} is not a member of room "
+                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
+                "ask a lead in the room to add your team, or register in a room your team is in")
+    new = _doc(c, ch, "new")[0]
+    if new["id"] != ch.key:
+        _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")
+    if new["cursor"] != c.parent:
+        _refuse("format", c, "a new agent's cursor must be the room tip it registered at "
+                f"({c.parent[:12]})", "set cursor to the parent commit's id")
+
+
+def _check_deregister(before, c, changes, ctx, op):
+    ch = _only(c, changes, "agent")
+    if ch.new is not None:
+        _refuse("one-operation", c, "deregister removes the agent's file", "delete the file")
+    if ch.key != c.author and not before.is_lead(c.author):
+        _refuse("lead-only", c, f"{c.author} cannot deregister {ch.key}",
+                "only the agent itself or a lead may deregister an agent")
+
+
+def _check_agent_update(before, c, changes, ctx, op):
+    ch = _only(c, changes, "agent")
+    if ch.new is None or ch.old is None:
+        _refuse("one-operation", c, f"{op} changes an existing agent file", "")
+    if ch.key != c.author:
+        _refuse("registered-author", c, f"{c.author} cannot change {ch.key}'s file",
+                "agents change only their own file")
+    old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
+    allowed = {"read": {"cursor"}, "ping": {"last_seen"},
+               "status": {"status", "last_seen", "roles", "description"}}[op]
+    bad = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in allowed)
+    if bad:
+        _refuse("one-operation", c, f"{op} may change only {', '.join(sorted(allowed))}, "
+                f"not {', '.join(bad)}", "make one commit per operation")
+    if op == "read" and old["cursor"] != new["cursor"]:
+        _check_cursor(before, c, old["cursor"], new["cursor"], ctx)
+
+
+def _check_cursor(before, c, old_cursor, new_cursor, ctx):
+    for h in first_parent_walk(ctx.reader, c.parent):
+        if h.oid == new_cursor:
+            return
+        if h.oid == old_cursor:
+            break
+    _refuse("unread-before-send", c, f"the new read cursor {new_cursor[:12]} is not a "
+            "commit between the old cursor and the room tip", "set cursor to a commit of "
+            "the room's history after the old cursor")
+
+
+# --- messages ---------------------------------------------------------------
+
+def recipients(c) -> tuple[list[str], list[str]]:
+    """(to, cc) of a commit: its trailers, or `all` for a trailer-less note."""
+    to = fmt.trailer_values(c.trailers, "to")
+    cc = fmt.trailer_values(c.trailers, "cc")
+    if not c.op and not to:
+        to = [model.ALL]
+    return to, cc
+
+
+def addressed_to(c, agent_id: str, lead: bool) -> str:
+    """How a message commit reaches an agent: "to", "cc", "team", "all", "lead" or ""."""
+    if c.author == agent_id:
+        return ""
+    to, cc = recipients(c)
+    if agent_id in to:
+        return "to"
+    if agent_id in cc:
+        return "cc"
+    team = model.split_agent(agent_id)[0]
+    if "@" + team in to:
+        return "team"
+    if model.ALL in to:
+        return "all"
+    return "lead" if lead else ""
+
+
+def is_message(reader, c) -> bool:
+    """A `send` commit, or a commit made by hand that changes no file (a note)."""
+    if c.op:
+        return c.op == "send"
+    return bool(c.parents) and reader.commit(c.parent).tree == c.tree
+
+
+def _check_send(before, c, changes, ctx, op):
+    s = before.settings
+    if changes:
+        _refuse("one-operation", c, "a message commit must not change files",
+                "commit the message with the parent's tree (git commit --allow-empty)")
+    text = c.body or c.subject
+    if not text.strip():
+        _refuse("size-limit", c, "the message is empty", "write some text")
+    if len(text.encode()) > s["max_message"]:
+        _refuse("size-limit", c, f"the message is {len(text.encode())} bytes; the room "
+                f"allows {s['max_message']}", "shorten it or share it as context/contract")
+    to, cc = recipients(c)
+    if not to:
+        _refuse("unknown-recipient", c, "the message has no recipient",
+                "add Gitdrop-To: team/name, @team or all")
+    for r in to + cc:
+        if r == model.ALL:
+            continue
+        if r.startswith("@"):
+            team = r[1:]
+            if not model.member_team(before.room, team) or not before.names(f"agents/{team}"):
+                _refuse("unknown-recipient", c, f"no team {team!r} in room {before.name!r}",
+                        "check gitdrop who for the teams present")
+            continue
+        if not model.is_agent_id(r) or before.agent(r) is None:
+            _refuse("unknown-recipient", c, f"{r!r} is not a registered agent in room "
+                    f"{before.name!r}", "use gitdrop who to see who is here (names are team/name)")
+    task = fmt.trailer(c.trailers, "task")
+    if task and before.task(task) is None:
+        _refuse("unknown-recipient", c, f"task {task} does not exist", "check gitdrop task list")
+    _check_unread_and_loop(before, c, ctx)
+
+
+def _check_unread_and_loop(before, c, ctx):
+    """One walk back from the parent: unread messages since the sender's cursor, and
+    the sender's messages inside the loop-guard window (dated by commit time)."""
+    s = before.settings
+    me = before.agent(c.author)
+    cursor = me["cursor"] if me else ""
+    lead = model.is_lead(me, before.room)
+    cap, window = s["loop_cap"], s["loop_window"]
+    since = c.time - window
+    unread, senders, sent, oldest_sent = 0, [], 0, None
+    reached = not cursor
+    for h in first_parent_walk(ctx.reader, c.parent):
+        if h.oid == cursor:
+            reached = True
+        if reached and (not cap or h.time <= since):
+            break
+        if is_message(ctx.reader, h):
+            if not reached and addressed_to(h, c.author, lead):
+                unread += 1
+                if h.author not in senders:
+                    senders.append(h.author)
+            if cap and h.author == c.author and h.time > since:
+                sent += 1
+                oldest_sent = h.time
+    if unread:
+        _refuse("unread-before-send", c, f"{c.author} has {unread} unread message(s) "
+                f"(from {', '.join(model.short(x) for x in senders[:5])})",
+                "call check_inbox (gitdrop inbox) first, then send again")
+    if cap and sent >= cap:
+        wait = max(1, oldest_sent + window - c.time)
+        _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
+                f"(room cap {cap})", f"wait {wait}s before sending again, or ask a lead to "
+                "raise loop_cap in room.toml")
+
+
+# --- tasks ------------------------------------------------------------------
+
+def _check_task_create(before, c, changes, ctx, op):
+    s = before.settings
+    ch = _only(c, changes, "task")
+    if ch.old is not None:
+        _refuse("one-operation", c, f"task {ch.key} already exists", "pick a new id")
+    t, body = _doc(c, ch, "new")
+    if str(t["id"]) != ch.key:
+        _refuse("format", c, f"the task's id field is {t['id']!r} but its file is {ch.path}",
+                f"set id = \"{ch.key}\"")
+    if t["creator"] != c.author:
+        _refuse("registered-author", c, f"creator is {t['creator']!r} but the author is "
+                f"{c.author}", f"set creator = \"{c.author}\"")
+    if not t["title"].strip() or len(t["title"]) > s["max_title"]:
+        _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters",
+                "give the task a short title; details go in the body")
+    if len(t["tags"]) > s["max_tags"]:
+        _refuse("size-limit", c, f"{len(t['tags'])} tags; the room allows {s['max_tags']}", "")
+    if t["state"] not in ("pending", "assigned"):
+        _refuse("task-state-machine", c, f"a new task is pending or assigned, not {t['state']}",
+                "create it as pending (or assigned with an assignee)")
+    if (t["state"] == "assigned") != bool(t["assignee"]):
+        _refuse("task-state-machine", c, "a new task is assigned exactly when it has an assignee",
+                "set state = \"assigned\" with an assignee, or \"pending\" without")
+    if t["assignee"]:
+        _known_agent(before, c, t["assignee"])
+    if t["reviewer"]:
+        _known_agent(before, c, t["reviewer"])
+    if t["retries"] or t["signoffs"] or t["resume"] or t["question"] or t["answer"]:
+        _refuse("task-state-machine", c, "a new task starts with no retries, signoffs, "
+                "question or answer", "remove those fields")
+    if t["handshake"] and before.handshake(t["handshake"]) is None:
+        _refuse("handshake-go", c, f"handshake {t['handshake']} does not exist",
+                "start the handshake first, or leave handshake = 0")
+
+
+def _known_agent(before, c, agent_id):
+    if not model.is_agent_id(agent_id) or before.agent(agent_id) is None:
+        _refuse("unknown-recipient", c, f"{agent_id!r} is not a registered agent in room "
+                f"{before.name!r}", "use gitdrop who to see who is here (names are team/name)")
+
+
+def task_roles(view: RoomView, task: dict, agent_id: str) -> set:
+    """The roles an agent holds towards a task (for the machine's `who` column)."""
+    roles = set()
+    agent = view.agent(agent_id)
+    if agent is not None:
+        roles.add("member")
+    if task["assignee"] == agent_id:
+        roles.add("assignee")
+    if task["creator"] == agent_id:
+        roles.add("creator")
+    lead = model.is_lead(agent, view.room)
+    if lead:
+        roles.add("lead")
+    if reviewer_ok(view, task, agent_id, lead):
+        roles.add("reviewer")
+    return roles
+
+
+def reviewer_ok(view, task, agent_id, lead) -> bool:
+    """Each lead reviews their own agents: the task's reviewer, else the lead of the
+    assignee's team, else any lead. Nobody reviews their own work."""
+    if agent_id == task["assignee"]:
+        return False
+    if task["reviewer"]:
+        return agent_id == task["reviewer"]
+    team = model.split_agent(task["assignee"])[0] if task["assignee"] else ""
+    team_lead = model.lead_of_team(view.room, team)
+    if team_lead and view.agent(team_lead) is not None:
+        return agent_id == team_lead
+    return lead
+
+
+def _check_task_move(before, c, changes, ctx, op):
+    ch = _only(c, changes, "task")
+    if ch.old is None or ch.new is None:
+        _refuse("task-state-machine", c, f"{op} changes an existing task", "")
+    (old, old_body), (new, new_body) = _doc(c, ch, "old"), _doc(c, ch, "new")
+    move = op[5:]
+    if move not in machine.MOVES:
+        _refuse("task-state-machine", c, f"unknown move {move!r}",
+                "moves: " + ", ".join(machine.MOVES))
+    frm, _to, who, fields = machine.MOVES[move]
+    tid = ch.key
+    if old["state"] not in frm:
+        _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
+                f"{' or '.join(frm)}", _moves_hint(old["state"]))
+    want = machine.target(move, old)
+    if new["state"] != want:
+        _refuse("task-state-machine", c, f"{move} takes task {tid} from {old['state']} to "
+                f"{want}, not {new['state']}", f"set state = \"{want}\"")
+    free = set(fields) | {"state", "updated", "note"}
+    bad = sorted(k for k in old if old[k] != new.get(k) and k not in free)
+    if old_body != new_body and "body" not in free:
+        bad.append("body")
+    if bad:
+        _refuse("one-operation", c, f"{move} may not change {', '.join(bad)} of task {tid}",
+                "make one commit per change (edit the task separately)")
+    roles = task_roles(before, old, c.author)
+    if move == "claim":
+        roles.add("member")
+    if not roles & set(who):
+        _refuse("task-state-machine", c, f"{c.author} may not {move} task {tid} (needs "
+                f"{' or '.join(who)}; task creator {old['creator']}, assignee "
+                f"{old['assignee'] or 'none'})", _who_fix(move, who, old))
+    if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
+        _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
+    _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
+
+
+def _none(*_a):
+    pass
+
+
+def _who_fix(move, who, task):
+    if "assignee" in who and task["assignee"]:
+        return f"only {task['assignee']} (the assignee) can do this"
+    if "reviewer" in who:
+        return "ask the reviewer (the lead of the assignee's team) to do it"
+    return f"ask a {' or '.join(who)} to do it"
+
+
+def _move_assign(before, c, old, new, tid):
+    _known_agent(before, c, new["assignee"])
+    if new["signoffs"]:
+        _refuse("dual-sign", c, "assigning clears the sign-offs", "set signoffs = []")
+
+
+def _move_claim(before, c, old, new, tid):
+    if new["assignee"] != c.author:
+        _refuse("task-state-machine", c, f"a claim assigns the task to its author ({c.author})",
+                f"set assignee = \"{c.author}\"")
+
+
+def _move_start(before, c, old, new, tid):
+    hid = old["handshake"]
+    if hid:
+        hs = before.handshake(hid)
+        if hs is None or hs[0]["status"] != "go":
+            pending = [a for a in hs[0]["targets"] if a not in hs[0]["acks"]] if hs else []
+            _refuse("handshake-go", c, f"task {tid} is bound to handshake {hid}, which is not "
+                    f"at GO (waiting for {', '.join(pending) or 'nothing'})",
+                    f"wait until every target has acked handshake {hid}")
+    need = signers_needed(before, old)
+    missing = [x for x in need if x not in old["signoffs"]]
+    if missing:
+        _refuse("dual-sign", c, f"task {tid} crosses teams and needs sign-off from "
+                f"{', '.join(missing)} before it starts", f"ask {', '.join(missing)} to sign "
+                f"it (gitdrop task sign {tid})")
+
+
+def signers_needed(view, task) -> list[str]:
+    """Leads who must sign a cross-team task before it starts (dual-sign)."""
+    if not task["assignee"] or not task["creator"]:
+        return []
+    teams = {model.split_agent(task["creator"])[0], model.split_agent(task["assignee"])[0]}
+    if len(teams) < 2:
+        return []
+    return sorted(x for x in (model.lead_of_team(view.room, t) for t in teams) if x)
+
+
+def _move_retry(before, c, old, new, tid):
+    if new["retries"] != old["retries"] + 1:
+        _refuse("task-state-machine", c, "a retry adds one to retries",
+                f"set retries = {old['retries'] + 1}")
+    if old["retries"] >= old["max_retries"]:
+        _refuse("task-state-machine", c, f"task {tid} has used its {old['max_retries']} "
+                "retries", "cancel it or create a new task")
+    _known_agent(before, c, new["assignee"])
+
+
+def _move_block(before, c, old, new, tid):
+    if new["resume"] != old["state"]:
+        _refuse("task-state-machine", c, "block records the state to resume",
+                f"set resume = \"{old['state']}\"")
+
+
+def _move_unblock(before, c, old, new, tid):
+    if new["resume"]:
+        _refuse("task-state-machine", c, "unblock clears resume", "set resume = \"\"")
+
+
+def _move_ask(before, c, old, new, tid):
+    if not new["question"].strip() or new["answer"]:
+        _refuse("task-state-machine", c, "ask sets a question and clears the answer",
+                "give the question (--question)")
+
+
+def _move_answer(before, c, old, new, tid):
+    if not new["answer"].strip():
+        _refuse("task-state-machine", c, "answer sets the answer", "give the answer text")
+
+
+def _move_sign(before, c, old, new, tid):
+    need = signers_needed(before, old)
+    if c.author not in need:
+        _refuse("dual-sign", c, f"{c.author} is not one of the leads who sign task {tid} "
+                f"({', '.join(need) or 'it needs no sign-off'})", "ask those leads")
+    if c.author in old["signoffs"] or new["signoffs"] != old["signoffs"] + [c.author]:
+        _refuse("dual-sign", c, f"{c.author} signs once, by appending itself to signoffs",
+                "sign only once")
+
+
+def _move_edit(before, c, old, new, tid):
+    s = before.settings
+    if not new["title"].strip() or len(new["title"]) > s["max_title"]:
+        _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters", "")
+    if new["reviewer"] and new["reviewer"] != old["reviewer"]:
+        _known_agent(before, c, new["reviewer"])
+
+
+_MOVE_CHECKS = {"assign": _move_assign, "claim": _move_claim, "start": _move_start,
+                "retry": _move_retry, "block": _move_block, "unblock": _move_unblock,
+                "ask": _move_ask, "answer": _move_answer, "sign": _move_sign,
+                "edit": _move_edit}
+
+
+# --- handshakes, contracts, context -----------------------------------------
+
+def _check_handshake_start(before, c, changes, ctx, op):
+    ch = _only(c, changes, "handshake")
+    if ch.old is not None:
+        _refuse("one-operation", c, f"handshake {ch.key} already exists", "pick the next id")
+    if not before.is_lead(c.author):
+        _refuse("lead-only", c, f"{c.author} is not a lead; only leads start handshakes",
+                "ask your lead to start it")
+    h, plan = _doc(c, ch, "new")
+    if str(h["id"]) != ch.key or h["initiator"] != c.author:
+        _refuse("format", c, "id must match the file name and initiator the author", "")
+    if not plan.strip():
+        _refuse("size-limit", c, "a handshake needs a plan (the body)", "write the plan")
+    if not h["targets"] or len(set(h["targets"])) != len(h["targets"]):
+        _refuse("format", c, "targets must be a non-empty list without repeats", "")
+    for t in h["targets"]:
+        _known_agent(before, c, t)
+    if h["acks"] or h["status"] != "pending":
+        _refuse("handshake-ack-once", c, "a new handshake has no acks and status pending", "")
+
+
+def _check_handshake_ack(before, c, changes, ctx, op):
+    ch = _only(c, changes, "handshake")
+    (old, old_plan), (new, new_plan) = _doc(c, ch, "old"), _doc(c, ch, "new")
+    hid = ch.key
+    if c.author not in old["targets"]:
+        _refuse("handshake-ack-once", c, f"{c.author} is not a target of handshake {hid} "
+                f"(targets: {', '.join(old['targets'])})", "only targeted agents ack")
+    if c.author in old["acks"]:
+        _refuse("handshake-ack-once", c, f"{c.author} already acked handshake {hid}",
+                "nothing to do: each agent acks once")
+    acks = old["acks"] + [c.author]
+    status = "go" if set(acks) >= set(old["targets"]) else "pending"
+    want = dict(old, acks=acks, status=status)
+    if new != want or new_plan != old_plan:
+        _refuse("handshake-ack-once", c, f"an ack appends its author to acks and sets status "
+                f"to {status}; nothing else changes", f"set acks = {acks}, status = \"{status}\"")
+
+
+def _check_contract(before, c, changes, ctx, op):
+    ch = _only(c, changes, "contract")
+    new, spec = _doc(c, ch, "new")
+    if new["name"] != ch.key:
+        _refuse("format", c, f"name must be {ch.key!r}", "")
+    if new["kind"] not in model.CONTRACT_KINDS:
+        _refuse("format", c, f"kind {new['kind']!r} is not one of "
+                f"{', '.join(model.CONTRACT_KINDS)}", "pick a listed kind")
+    if not spec.strip():
+        _refuse("size-limit", c, "a contract needs its interface text (the body)", "")
+    if ch.old is None:
+        if new["owner"] != c.author or new["version"] != 1:
+            _refuse("contract-version", c, "a new contract has version 1 and its author as owner",
+                    f"set owner = \"{c.author}\", version = 1")
+        return
+    old = _doc(c, ch, "old")[0]
+    if c.author != old["owner"] and not before.is_lead(c.author):
+        _refuse("contract-owner", c, f"contract {ch.key} belongs to {old['owner']}",
+                f"ask {old['owner']} (or a lead) to change it")
+    if new["version"] != old["version"] + 1:
+        _refuse("contract-version", c, f"contract {ch.key} is at version {old['version']}; a "
+                f"change must bump it to {old['version'] + 1}", f"set version = {old['version'] + 1}")
+    if new["owner"] != old["owner"]:
+        _refuse("contract-owner", c, "the owner of a contract does not change", "")
+
+
+def _check_context(before, c, changes, ctx, op):
+    _only(c, changes, "context")
+
+
+# --- the room itself ---------------------------------------------------------
+
+def _check_room_create(before, c, changes, ctx, op):
+    if c.parents:
+        _refuse("linear-history", c, "a room is created by its first (root) commit",
+                "create rooms with gitdrop room create")
+    ch = _only(c, changes, "room")
+    room = _doc(c, ch, "new")[0]
+    if not model.is_name(room["name"]):
+        _refuse("format", c, f"bad room name {room['name']!r}", "")
+
+
+def _check_room_settings(before, c, changes, ctx, op):
+    ch = _only(c, changes, "room")
+    if ch.new is None:
+        _refuse("one-operation", c, "room.toml cannot be deleted", "archive the room instead")
+    old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
+    if old["name"] != new["name"] or old["created"] != new["created"]:
+        _refuse("format", c, "a room's name and creation time do not change", "")
+    lead = before.is_lead(c.author)
+    joined = [t for t in new["teams"] if t not in old["teams"]]
+    team = model.split_agent(c.author)[0]
+    # The lead of a joining team may add its own team; anything else is for leads.
+    self_join = (joined == [team] and new["leads"].get(team) == c.author
+                 and {k: v for k, v in new.items() if k not in ("teams", "leads")} ==
+                 {k: v for k, v in old.items() if k not in ("teams", "leads")})
+    if not lead and not self_join:
+        _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}",
+                "ask a lead to change the room")
+    for k, v in new["settings"].items():
+        if k not in model.DEFAULT_SETTINGS or not isinstance(v, int) or v < 0:
+            _refuse("format", c, f"setting {k}={v!r} is unknown or not a whole number >= 0",
+                    "settings: " + ", ".join(model.DEFAULT_SETTINGS))
+
+
+def _registered_or_joining(before, c, changes, ctx, op):
+    if before.agent(c.author) is None:
+        ch = _only(c, changes, "room")
+        new = _doc(c, ch, "new")[0]
+        team = model.split_agent(c.author)[0]
+        if new["leads"].get(team) != c.author:
+            _registered(before, c, op)
+    _check_room_settings(before, c, changes, ctx, op)
+
+
+CHECKS = {
+    "register": _check_register, "deregister": _check_deregister,
+    "status": _check_agent_update, "ping": _check_agent_update, "read": _check_agent_update,
+    "send": _check_send, "task-create": _check_task_create,
+    "handshake-start": _check_handshake_start, "handshake-ack": _check_handshake_ack,
+    "contract-declare": _check_contract, "context-set": _check_context,
+    "room-create": _check_room_create, "room-settings": _check_room_settings,
+    "room-pin": _check_room_settings, "room-join": _registered_or_joining,
+    "room-leave": _check_room_settings,
+}

@@ -1,0 +1,70 @@
+"""Checking a run of commits on a ref: what the hook does on push and what
+`gitdrop verify` does over a whole room's history. Reader-agnostic."""
+
+from . import hubrules, model, rules
+from .errors import Refusal
+from .view import RoomView
+
+ZERO = "0" * 40
+
+
+def chain(reader, old: str, new: str, ref: str) -> list:
+    """Commits from just after `old` up to `new`, oldest first; refuses merges and
+    anything that does not extend `old` (linear history)."""
+    out, oid = [], new
+    while oid and oid != old:
+        c = reader.commit(oid)
+        if len(c.parents) > 1:
+            raise Refusal("linear-history", f"{ref} must stay linear; {oid[:12]} is a merge",
+                          "rebase onto the tip (git pull --rebase) and push again",
+                          commit=f"{oid[:12]} \"{c.subject[:60]}\"")
+        out.append(c)
+        oid = c.parent
+    if old and old != ZERO and oid != old:
+        raise Refusal("linear-history", f"the push rewrites {ref} (not a fast-forward)",
+                      "fetch, rebase your commits onto the room's tip, push again",
+                      commit=new[:12])
+    out.reverse()
+    return out
+
+
+def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "") -> list:
+    """Check every commit between old and new; returns [(oid, op)] or raises Refusal."""
+    if old == ZERO:
+        old = ""
+    if ref.startswith(model.ROOM_PREFIX):
+        room = ref[len(model.ROOM_PREFIX):]
+        if new == ZERO:
+            raise Refusal("linear-history", f"room {room!r} cannot be deleted by a push",
+                          "archive or destroy it on the hub (gitdrop room archive/destroy)",
+                          commit=ref)
+        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher)
+    if ref == model.HUB_REF:
+        if new == ZERO:
+            raise Refusal("linear-history", "the hub branch cannot be deleted", "", commit=ref)
+        return hubrules.check_chain(reader, chain(reader, old, new, ref), pusher)
+    raise Refusal("format", f"{ref} is not a gitdrop ref",
+                  "push rooms to refs/heads/rooms/<room> (and teams to refs/heads/hub)",
+                  commit=ref)
+
+
+def _check_room(reader, room, commits, now, pusher) -> list:
+    out = []
+    for c in commits:
+        parent_tree = reader.commit(c.parent).tree if c.parent else None
+        before = RoomView(reader, parent_tree, c.parent, room)
+        changes = [rules.Change(p, reader.blob_text(a), reader.blob_text(b))
+                   for p, a, b in reader.diff(parent_tree, c.tree)]
+        op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher))
+        if not c.parents:
+            if op != "room-create":
+                raise Refusal("linear-history", "a room's first commit must create it "
+                              "(room.toml, Gitdrop-Op: room-create)",
+                              "create rooms with gitdrop room create",
+                              commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
+            name = RoomView(reader, c.tree, c.oid, room).room["name"]
+            if name != room:
+                raise Refusal("format", f"room.toml names {name!r} but the branch is "
+                              f"rooms/{room}", "make them match", commit=c.oid[:12])
+        out.append((c.oid, op))
+    return out

@@ -1,0 +1,168 @@
+"""Reading a room as of one commit, over any object reader.
+
+A reader gives `commit(oid)`, `read_path(tree, path)`, `list_dir(tree, dir)` and
+`diff(old_tree, new_tree)`. The core reads through pygit2; the pre-receive hook
+through one `git cat-file --batch` process (it must stay light).
+"""
+
+from . import fmt, model
+
+
+class CommitData:
+    __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
+                 "_parsed")
+
+    def __init__(self, oid, tree, parents, author, email, time, message):
+        self.oid, self.tree, self.parents = oid, tree, parents
+        self.author, self.email, self.time, self.message = author, email, time, message
+        self._parsed = None
+
+    @property
+    def parsed(self):
+        if self._parsed is None:
+            self._parsed = fmt.parse_message(self.message)
+        return self._parsed
+
+    @property
+    def subject(self):
+        return self.parsed[0]
+
+    @property
+    def body(self):
+        return self.parsed[1]
+
+    @property
+    def trailers(self):
+        return self.parsed[2]
+
+    @property
+    def op(self) -> str:
+        return fmt.trailer(self.trailers, "op")
+
+    @property
+    def parent(self) -> str:
+        return self.parents[0] if self.parents else ""
+
+
+def first_parent_walk(reader, oid: str):
+    """Commits from `oid` back along first parents (cheap; never a full sort)."""
+    while oid:
+        c = reader.commit(oid)
+        yield c
+        oid = c.parent
+
+
+class RoomView:
+    """A room's files at one tree, parsed on demand and cached."""
+
+    def __init__(self, reader, tree: str | None, commit: str = "", room_name: str = ""):
+        self.reader = reader
+        self.tree = tree
+        self.commit = commit
+        self._cache: dict = {}
+        self._room_name = room_name
+
+    # raw files
+    def text(self, path: str) -> str | None:
+        if self.tree is None:
+            return None
+        key = ("t", path)
+        if key not in self._cache:
+            data = self.reader.read_path(self.tree, path)
+            self._cache[key] = None if data is None else data.decode("utf-8", "replace")
+        return self._cache[key]
+
+    def names(self, directory: str) -> list[str]:
+        if self.tree is None:
+            return []
+        key = ("d", directory)
+        if key not in self._cache:
+            self._cache[key] = self.reader.list_dir(self.tree, directory)
+        return self._cache[key]
+
+    # parsed documents
+    def _doc(self, kind: str, path: str):
+        key = ("p", path)
+        if key not in self._cache:
+            text = self.text(path)
+            if text is None:
+                self._cache[key] = None
+            else:
+                self._cache[key] = parse_file(kind, text)
+        return self._cache[key]
+
+    @property
+    def room(self) -> dict:
+        doc = self._doc("room", model.ROOM_FILE)
+        return doc[0] if doc else model.with_defaults("room", {"name": self._room_name})
+
+    @property
+    def name(self) -> str:
+        return self.room.get("name") or self._room_name
+
+    @property
+    def settings(self) -> dict:
+        return model.settings(self.room)
+
+    def agent(self, agent_id: str) -> dict | None:
+        doc = self._doc("agent", model.agent_path(agent_id))
+        return doc[0] if doc else None
+
+    def agents(self) -> list[dict]:
+        out = []
+        for team in self.names("agents"):
+            for fname in self.names(f"agents/{team}"):
+                if fname.endswith(".toml"):
+                    a = self.agent(f"{team}/{fname[:-5]}")
+                    if a:
+                        out.append(a)
+        return out
+
+    def task(self, task_id) -> tuple[dict, str] | None:
+        return self._doc("task", model.task_path(task_id))
+
+    def task_ids(self) -> list[str]:
+        return [n[:-3] for n in self.names("tasks") if n.endswith(".md")]
+
+    def handshake(self, hid) -> tuple[dict, str] | None:
+        return self._doc("handshake", model.handshake_path(hid))
+
+    def handshake_ids(self) -> list[int]:
+        return sorted(int(n[:-3]) for n in self.names("handshakes")
+                      if n.endswith(".md") and n[:-3].isdigit())
+
+    def contract(self, name) -> tuple[dict, str] | None:
+        return self._doc("contract", model.contract_path(name))
+
+    def contract_names(self) -> list[str]:
+        return [n[:-3] for n in self.names("contracts") if n.endswith(".md")]
+
+    def context(self, key) -> str | None:
+        return self.text(model.context_path(key))
+
+    def context_keys(self) -> list[str]:
+        return [n[:-3] for n in self.names("context") if n.endswith(".md")]
+
+    def is_lead(self, agent_id: str) -> bool:
+        return model.is_lead(self.agent(agent_id), self.room)
+
+    def leads(self) -> list[str]:
+        return [a["id"] for a in self.agents() if model.is_lead(a, self.room)]
+
+
+def parse_file(kind: str, text: str) -> tuple[dict, str]:
+    """Parse one file of a room's tree into (header with defaults, body)."""
+    if kind in ("agent", "room"):
+        header, body = fmt.loads_toml(text), ""
+    else:
+        header, body = fmt.loads_doc(text)
+    problem = model.check_fields(kind, header)
+    if problem:
+        raise fmt.FormatError(problem)
+    return model.with_defaults(kind, header), body
+
+
+def render_file(kind: str, header: dict, body: str = "") -> str:
+    if kind in ("agent", "room"):
+        return fmt.dumps_toml(header)
+    return fmt.dumps_doc(header, body)
