@@ -98,6 +98,11 @@ def changes_between(reader, old_tree, new_tree) -> list[rules.Change]:
 class Store:
     """One hub: a bare repository with a room branch per room."""
 
+    # publish(ref, old, new), if set, is called after each local CAS: it hands the
+    # commit on (remote.py pushes it to a remote hub). False: it lost a race and
+    # refreshed the ref, so rebuild; raising refuses the write (it puts the ref back).
+    publish = None
+
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         try:
@@ -199,7 +204,8 @@ class Store:
             oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
                                           [pygit2.Oid(hex=tip)] if tip else [])
             if self._cas(ref, tip, oid, op or "write"):
-                return str(oid), result
+                if self.publish is None or self.publish(ref, tip, str(oid)):
+                    return str(oid), result
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
 
