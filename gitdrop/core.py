@@ -234,6 +234,29 @@ class Room:
         result["commit"] = self._write(agent, build).get("commit", "")
         return result
 
+    def waiting(self, agent: str) -> dict:
+        """What waits for an agent, marking nothing read: unread events, tasks
+        assigned to it and not started, reviews and handshake acks it owes."""
+        from .rules import reviewer_ok
+        agent = self.resolve(agent)
+        view = self.view()
+        lead = view.is_lead(agent)
+        tasks, reviews = [], []
+        for tid in view.task_ids():
+            t = view.task(tid)[0]
+            if t["state"] == "assigned" and t["assignee"] == agent:
+                tasks.append(t["id"])
+            elif t["state"] == "review" and reviewer_ok(view, t, agent, lead):
+                reviews.append(t["id"])
+        acks = []
+        for hid in view.handshake_ids():
+            h = view.handshake(hid)[0]
+            if h["status"] == "pending" and agent in h["targets"] and agent not in h["acks"]:
+                acks.append(hid)
+        return {"agent": agent, "room": self.name, "tip": view.commit,
+                "unread": self._events_since(view, view.agent(agent)["cursor"], agent),
+                "tasks": tasks, "reviews": reviews, "handshakes": acks}
+
     def history(self, n: int = 10, task: str = "", messages_only: bool = True) -> list[dict]:
         out = []
         for c in first_parent_walk(self.store.reader, self.store.room_tip(self.name)):
