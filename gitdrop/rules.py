@@ -7,6 +7,8 @@ same verdict. It returns the operation the commit performs (from its
 raises `Refusal` naming the rule, the commit and the fix otherwise.
 """
 
+import time
+
 from . import fmt, machine, model
 from .errors import Refusal
 from .view import RoomView, first_parent_walk, parse_file
@@ -128,22 +130,30 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if fn is None:
         _refuse("one-operation", c, f"unknown operation {op!r}",
                 "use one of the operations listed in docs/PROTOCOL.md")
-    if op not in ("register", "room-create", "room-join"):
+    if op != "register" and not op.startswith("room-"):  # room ops check their own
         _registered(before, c, op)
     fn(before, c, changes, ctx, op)
     return op
 
 
 def _registered(before, c, op):
-    agent = before.agent(c.author) if model.is_agent_id(c.author) else None
+    # Membership first: an outsider is told why it cannot act, not to register.
+    team = model.split_agent(c.author)[0] if model.is_agent_id(c.author) else ""
+    if team and op != "deregister" and not model.member_team(before.room, team):
+        _refuse("room-membership", c, f"team {team!r} is not a member of room "
+                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
+                _join_fix(before, team))
+    agent = before.agent(c.author) if team else None
     if agent is None:
         _refuse("registered-author", c, f"{c.author!r} is not registered in room "
                 f"{before.name!r}", "register first (gitdrop register NAME --team TEAM) and "
                 "make commits as team/name (git config user.name team/name)")
-    team = model.split_agent(c.author)[0]
-    if op != "deregister" and not model.member_team(before.room, team):
-        _refuse("room-membership", c, f"team {team!r} is not a member of room "
-                f"{before.name!r}", "ask a lead in the room to add your team (gitdrop room join)")
+
+
+def _join_fix(before, team):
+    leads = sorted(set(before.room["leads"].values()))
+    who = f"a lead of the room ({', '.join(leads)})" if leads else "a lead of the room"
+    return f"ask {who} to add team {team} (gitdrop room join {before.name} --team {team})"
 
 
 def _only(c, changes, kind, rule="one-operation"):
@@ -166,7 +176,7 @@ def _check_register(before, c, changes, ctx, op):
     if not model.member_team(before.room, team):
         _refuse("room-membership", c, f"team {team!r} is not a member of room "
                 f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
-                "ask a lead in the room to add your team, or register in a room your team is in")
+                _join_fix(before, team) + ", or register in a room your team is in")
     new = _doc(c, ch, "new")[0]
     if new["id"] != ch.key:
         _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")
@@ -311,9 +321,10 @@ def _check_unread_and_loop(before, c, ctx):
                 "call check_inbox (gitdrop inbox) first, then send again")
     if cap and sent >= cap:
         wait = max(1, oldest_sent + window - c.time)
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c.time + wait))
         _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
-                f"(room cap {cap})", f"wait {wait}s before sending again, or ask a lead to "
-                "raise loop_cap in room.toml")
+                f"(room cap {cap})", f"wait {wait}s (until {at}) before sending again, or "
+                "ask a lead to raise loop_cap in room.toml")
 
 
 # --- tasks ------------------------------------------------------------------
@@ -377,18 +388,34 @@ def task_roles(view: RoomView, task: dict, agent_id: str) -> set:
     return roles
 
 
+def team_lead(view, team: str) -> str:
+    """Who leads a team in this room: the lead recorded in room.toml (from the hub's
+    team registry), else the team's earliest registered agent with the lead role."""
+    lead = model.lead_of_team(view.room, team)
+    if lead or not team:
+        return lead
+    cands = [a for a in (view.agent(f"{team}/{f[:-5]}") for f in view.names(f"agents/{team}")
+                         if f.endswith(".toml")) if a and "lead" in a["roles"]]
+    return min(cands, key=lambda a: (a["registered"], a["id"]))["id"] if cands else ""
+
+
+def reviewer_of(view, task) -> str:
+    """Each lead reviews their own agents: the task's reviewer when it is of the
+    assignee's team (or the team has no lead), else the lead of the assignee's team;
+    "" means any lead."""
+    team = model.split_agent(task["assignee"])[0] if task["assignee"] else ""
+    lead = team_lead(view, team)
+    if task["reviewer"] and (not lead or model.split_agent(task["reviewer"])[0] == team):
+        return task["reviewer"]
+    return lead
+
+
 def reviewer_ok(view, task, agent_id, lead) -> bool:
-    """Each lead reviews their own agents: the task's reviewer, else the lead of the
-    assignee's team, else any lead. Nobody reviews their own work."""
+    """Nobody reviews their own work; see reviewer_of for who does."""
     if agent_id == task["assignee"]:
         return False
-    if task["reviewer"]:
-        return agent_id == task["reviewer"]
-    team = model.split_agent(task["assignee"])[0] if task["assignee"] else ""
-    team_lead = model.lead_of_team(view.room, team)
-    if team_lead and view.agent(team_lead) is not None:
-        return agent_id == team_lead
-    return lead
+    who = reviewer_of(view, task)
+    return agent_id == who if who else lead
 
 
 def _check_task_move(before, c, changes, ctx, op):
@@ -422,7 +449,7 @@ def _check_task_move(before, c, changes, ctx, op):
     if not roles & set(who):
         _refuse("task-state-machine", c, f"{c.author} may not {move} task {tid} (needs "
                 f"{' or '.join(who)}; task creator {old['creator']}, assignee "
-                f"{old['assignee'] or 'none'})", _who_fix(move, who, old))
+                f"{old['assignee'] or 'none'})", _who_fix(before, move, who, old))
     if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
         _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
     _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
@@ -432,11 +459,13 @@ def _none(*_a):
     pass
 
 
-def _who_fix(move, who, task):
+def _who_fix(before, move, who, task):
     if "assignee" in who and task["assignee"]:
         return f"only {task['assignee']} (the assignee) can do this"
     if "reviewer" in who:
-        return "ask the reviewer (the lead of the assignee's team) to do it"
+        rev = reviewer_of(before, task)
+        return f"ask {rev} (the reviewer) to do it" if rev else \
+            "ask the reviewer (a lead; each lead reviews their own team's agents) to do it"
     return f"ask a {' or '.join(who)} to do it"
 
 
@@ -476,7 +505,7 @@ def signers_needed(view, task) -> list[str]:
     teams = {model.split_agent(task["creator"])[0], model.split_agent(task["assignee"])[0]}
     if len(teams) < 2:
         return []
-    return sorted(x for x in (model.lead_of_team(view.room, t) for t in teams) if x)
+    return sorted(x for x in (team_lead(view, t) for t in teams) if x)
 
 
 def _move_retry(before, c, old, new, tid):
@@ -615,6 +644,15 @@ def _check_room_create(before, c, changes, ctx, op):
     room = _doc(c, ch, "new")[0]
     if not model.is_name(room["name"]):
         _refuse("format", c, f"bad room name {room['name']!r}", "")
+    _check_leads(c, room)
+
+
+def _check_leads(c, room):
+    for team, lead in room["leads"].items():
+        if not isinstance(lead, str) or not model.is_agent_id(lead) or \
+                model.split_agent(lead)[0] != team or team not in room["teams"]:
+            _refuse("format", c, f"leads.{team} = {lead!r}: each lead is of its own team "
+                    "and the team is in teams", "fix room.toml's [leads] table")
 
 
 def _check_room_settings(before, c, changes, ctx, op):
@@ -624,29 +662,47 @@ def _check_room_settings(before, c, changes, ctx, op):
     old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
     if old["name"] != new["name"] or old["created"] != new["created"]:
         _refuse("format", c, "a room's name and creation time do not change", "")
-    lead = before.is_lead(c.author)
-    joined = [t for t in new["teams"] if t not in old["teams"]]
-    team = model.split_agent(c.author)[0]
-    # The lead of a joining team may add its own team; anything else is for leads.
-    self_join = (joined == [team] and new["leads"].get(team) == c.author
-                 and {k: v for k, v in new.items() if k not in ("teams", "leads")} ==
-                 {k: v for k, v in old.items() if k not in ("teams", "leads")})
-    if not lead and not self_join:
-        _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}",
-                "ask a lead to change the room")
+    _check_leads(c, new)
+    recorded = c.author in old["leads"].values()
+    lead = recorded or before.is_lead(c.author)
+    if not lead and not _self_join(old, new, c.author):
+        _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
+                + ("" if old["open"] else " (a closed room: its leads add teams)"),
+                "ask a lead of the room to change it"
+                + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
+    for t, was in old["leads"].items():
+        now = new["leads"].get(t)
+        if t in new["teams"] and now and now != was and c.author != was:
+            _refuse("lead-only", c, f"only {was} hands over the lead of team {t} in this room",
+                    f"ask {was}")
     for k, v in new["settings"].items():
-        if k not in model.DEFAULT_SETTINGS or not isinstance(v, int) or v < 0:
+        if k not in model.DEFAULT_SETTINGS or not isinstance(v, int) or isinstance(v, bool) \
+                or v < 0:
             _refuse("format", c, f"setting {k}={v!r} is unknown or not a whole number >= 0",
                     "settings: " + ", ".join(model.DEFAULT_SETTINGS))
 
 
-def _registered_or_joining(before, c, changes, ctx, op):
-    if before.agent(c.author) is None:
-        ch = _only(c, changes, "room")
-        new = _doc(c, ch, "new")[0]
-        team = model.split_agent(c.author)[0]
-        if new["leads"].get(team) != c.author:
-            _registered(before, c, op)
+def _self_join(old, new, author) -> bool:
+    """The lead of a team adds its own team to an open room (and changes nothing else)."""
+    team = model.split_agent(author)[0]
+    joined = [t for t in new["teams"] if t not in old["teams"]]
+    rest = {k: v for k, v in new.items() if k not in ("teams", "leads")}
+    return (old["open"] and joined == [team] and set(new["teams"]) == set(old["teams"]) | {team}
+            and new["leads"].get(team) == author
+            and rest == {k: v for k, v in old.items() if k not in ("teams", "leads")}
+            and {k: v for k, v in new["leads"].items() if k != team} == old["leads"])
+
+
+def _check_room_change(before, c, changes, ctx, op):
+    """Any change of room.toml: by a lead of the room (registered or recorded in
+    room.toml), or a self-join of an open room by the joining team's lead."""
+    ch = _only(c, changes, "room")
+    if ch.new is None:
+        _refuse("one-operation", c, "room.toml cannot be deleted", "archive the room instead")
+    new = _doc(c, ch, "new")[0]
+    if c.author not in before.room["leads"].values() and \
+            not _self_join(before.room, new, c.author):
+        _registered(before, c, op)
     _check_room_settings(before, c, changes, ctx, op)
 
 
@@ -656,7 +712,7 @@ CHECKS = {
     "send": _check_send, "task-create": _check_task_create,
     "handshake-start": _check_handshake_start, "handshake-ack": _check_handshake_ack,
     "contract-declare": _check_contract, "context-set": _check_context,
-    "room-create": _check_room_create, "room-settings": _check_room_settings,
-    "room-pin": _check_room_settings, "room-join": _registered_or_joining,
-    "room-leave": _check_room_settings,
+    "room-create": _check_room_create, "room-settings": _check_room_change,
+    "room-pin": _check_room_change, "room-join": _check_room_change,
+    "room-leave": _check_room_change,
 }
