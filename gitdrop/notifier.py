@@ -1,0 +1,464 @@
+"""The notifier: wakes whoever a new commit is for, whatever wrote it (CLI, MCP
+server, raw `git push`).
+
+A local hub is watched with watchdog (inotify). Git stores a ref as a loose file
+(written as `x.lock`, renamed to `x`) or, after `git pack-refs`, as a line of
+`packed-refs` (rewritten through `packed-refs.new`/`.lock`), so any event under
+`refs/` or on `packed-refs*` only means "re-read the tips": events are computed
+from the commits between the tip each subscriber last saw and the new one
+(first-parent walk), never from the file event itself. A remote hub (a git URL)
+has no files to watch: it is followed with `git ls-remote` on a backing-off
+interval and fetched into a local cache where the same computation runs.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from . import events, model
+from .core import Room, default_hub
+from .errors import GitdropError, NotFound
+from .store import Store
+from .view import first_parent_walk
+
+TIMEOUT_EXIT = 124      # like timeout(1)
+INTERRUPT_EXIT = 130
+POLL = (0.2, 5.0)       # remote: ls-remote interval, from and backing off to
+SAFETY = 10.0           # local: re-read the tips this often even if inotify says nothing
+WALK_CAP = 1000         # commits walked for a subscriber whose base is not found (rewritten ref)
+
+
+def is_remote(hub: str) -> bool:
+    """A hub that is not an existing local path is a git URL."""
+    return not os.path.exists(os.path.expanduser(hub))
+
+
+def cache_dir(url: str) -> str:
+    base = os.environ.get("GITDROP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gitdrop")
+    return os.path.join(base, "remotes", hashlib.sha1(url.encode()).hexdigest()[:16] + ".git")
+
+
+def _git(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+class _Sub:
+    __slots__ = ("room", "agent", "callback", "base", "active")
+
+    def __init__(self, room, agent, callback, base):
+        self.room, self.agent, self.callback, self.base = room, agent, callback, base
+        self.active = True
+
+
+class _RefHandler:
+    """watchdog handler: any ref-ish change marks the tips dirty; nothing more."""
+
+    def __init__(self, refs_dir: str, dirty: threading.Event):
+        self.refs_dir = refs_dir + os.sep
+        self.dirty = dirty
+
+    def dispatch(self, event) -> None:
+        for p in (event.src_path, getattr(event, "dest_path", "")):
+            p = os.fsdecode(p) if p else ""
+            if p and (p.startswith(self.refs_dir) or
+                      os.path.basename(p).startswith("packed-refs")):
+                self.dirty.set()
+                return
+
+
+class Notifier:
+    """Calls `callback(events)` for each batch of new events that concern an agent."""
+
+    def __init__(self, hub_path: str = "", poll: tuple[float, float] = POLL):
+        self.hub = hub_path or default_hub()
+        self.remote = is_remote(self.hub)
+        self.poll = poll
+        if self.remote:
+            self.path = cache_dir(self.hub)
+            if not os.path.exists(os.path.join(self.path, "HEAD")):
+                import pygit2
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                pygit2.init_repository(self.path, bare=True)
+        else:
+            self.path = os.path.abspath(os.path.expanduser(self.hub))
+        self.store = Store(self.path)
+        self.git_dir = os.path.normpath(self.store.repo.path)
+        self._subs: dict[str, list[_Sub]] = {}
+        self._lock = threading.RLock()
+        self._fetch_lock = threading.Lock()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._observer = None
+        self._seen_remote: dict[str, str] = {}
+        self.interval = poll[0]
+        self.scans = 0
+
+    def describe(self) -> str:
+        if self.remote:
+            return (f"polling {self.hub} (remote, ls-remote every "
+                    f"{self.poll[0]:g}–{self.poll[1]:g} s, cache {self.path})")
+        return f"watching {self.git_dir} (local, inotify)"
+
+    # --- subscribers --------------------------------------------------------
+    def subscribe(self, room: str, agent_id: str, callback):
+        """New events of `room` that concern `agent_id` go to `callback` from a
+        background thread, one call per batch. Returns an unsubscribe function."""
+        with self._lock:
+            if self.remote and room not in self._seen_remote:
+                self.sync([room])
+            sub = _Sub(room, agent_id, callback, self.store.tip(self.store.room_ref(room)))
+            self._subs.setdefault(room, []).append(sub)
+
+        def unsubscribe():
+            with self._lock:
+                sub.active = False
+                subs = self._subs.get(room, [])
+                if sub in subs:
+                    subs.remove(sub)
+                if not subs:
+                    self._subs.pop(room, None)
+        return unsubscribe
+
+    def sync(self, rooms) -> None:
+        """Remote: bring the cache up to date for `rooms` now. Local: nothing to do."""
+        if not self.remote:
+            return
+        tips = self._ls_remote(rooms)
+        self._fetch([r for r in rooms if tips.get(r) and
+                     self.store.tip(self.store.room_ref(r)) != tips[r]])
+        self._seen_remote.update({r: tips.get(r, "") for r in rooms})
+
+    # --- running --------------------------------------------------------------
+    def start(self) -> "Notifier":
+        if self.remote:
+            self._spawn(self._poll_loop, "gitdrop-poll")
+        else:
+            from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+                                         FileClosedEvent, FileCreatedEvent,
+                                         FileDeletedEvent, FileMovedEvent)
+            from watchdog.observers import Observer
+            # no open/close-nowrite events: our own reads of the refs must not wake us
+            kinds = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent,
+                     DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+            refs = os.path.join(self.git_dir, "refs")
+            handler = _RefHandler(refs, self._dirty)
+            obs = Observer()
+            obs.schedule(handler, refs, recursive=True, event_filter=kinds)
+            obs.schedule(handler, self.git_dir, recursive=False, event_filter=kinds)
+            obs.start()
+            self._observer = obs
+        self._spawn(self._scan_loop, "gitdrop-notify")
+        self._dirty.set()  # anything that landed between subscribe() and the watch
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(2)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(2)
+        self._threads.clear()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def _spawn(self, fn, name):
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _scan_loop(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait(None if self.remote else SAFETY)
+            self._dirty.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.scan()
+            except Exception as e:  # a half-written repack, say: try again shortly
+                sys.stderr.write(f"gitdrop: notifier scan failed ({type(e).__name__}: {e})\n")
+                self._stop.wait(0.05)
+                self._dirty.set()
+
+    # --- the one computation: tips → events per subscriber -----------------------
+    def scan(self) -> int:
+        """Re-read the tips of the watched rooms and deliver what is new."""
+        deliveries = []
+        with self._lock:
+            self.scans += 1
+            for room, subs in list(self._subs.items()):
+                deliveries += self._scan_room(room, subs)
+        for sub, evs in deliveries:
+            if sub.active:
+                try:
+                    sub.callback(evs)
+                except Exception as e:
+                    sys.stderr.write(f"gitdrop: a notifier callback failed ({e!r})\n")
+        return len(deliveries)
+
+    def _scan_room(self, room, subs):
+        reader = self.store.reader
+        tip = self.store.tip(self.store.room_ref(room))
+        if not tip:  # archived, or read mid-rewrite of packed-refs: keep the bases
+            return []
+        pending = [s for s in subs if s.base != tip]
+        if not pending:
+            return []
+        bases = {s.base for s in pending}
+        walked, found = [], {}
+        for c in first_parent_walk(reader, tip):
+            if c.oid in bases:
+                found[c.oid] = len(walked)
+                if len(found) == len(bases):
+                    break
+            walked.append(c)
+            if len(walked) >= WALK_CAP:
+                break
+        view = self.store.view(room, tip)
+        cache: dict[str, dict] = {}
+        out = []
+        for s in pending:
+            commits = walked[:found.get(s.base, len(walked))]
+            s.base = tip
+            lead = view.is_lead(s.agent)
+            evs = []
+            for c in reversed(commits):
+                if c.author == s.agent:
+                    continue
+                ev = cache.get(c.oid)
+                if ev is None:
+                    ev = cache[c.oid] = events.event(reader, c)
+                how = events.concerns(ev, s.agent, lead)
+                if how:
+                    evs.append(dict(ev, via=how, room=room))
+            if evs:
+                out.append((s, evs))
+        return out
+
+    # --- remote hubs ---------------------------------------------------------
+    def _ls_remote(self, rooms) -> dict[str, str]:
+        refs = [self.store.room_ref(r) for r in rooms]
+        p = _git("ls-remote", self.hub, *refs)
+        if p.returncode != 0:
+            raise NotFound(f"cannot reach the hub {self.hub}: {p.stderr.strip()[:300]}",
+                           "check the URL (or the path: a local hub must exist)")
+        tips = {}
+        for line in p.stdout.splitlines():
+            oid, _, ref = line.partition("\t")
+            if ref in refs:
+                tips[ref[len(model.ROOM_PREFIX):]] = oid
+        return tips
+
+    def _fetch(self, rooms) -> None:
+        if not rooms:
+            return
+        specs = [f"+{self.store.room_ref(r)}:{self.store.room_ref(r)}" for r in rooms]
+        with self._fetch_lock:
+            for attempt in range(5):  # another process may hold a ref lock of the cache
+                p = _git("--git-dir", self.path, "fetch", "-q", "--no-tags",
+                         "--no-write-fetch-head", self.hub, *specs)
+                if p.returncode == 0:
+                    return
+                time.sleep(0.05 * (attempt + 1))
+        raise GitdropError(f"fetch from {self.hub} failed: {p.stderr.strip()[:300]}",
+                           "check the hub is reachable")
+
+    def _poll_loop(self) -> None:
+        self.interval = self.poll[0]
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                rooms = list(self._subs)
+            changed = False
+            try:
+                tips = self._ls_remote(rooms) if rooms else {}
+                moved = [r for r in rooms if tips.get(r, "") != self._seen_remote.get(r, "")]
+                if moved:
+                    self._fetch([r for r in moved if tips.get(r) and
+                                 self.store.tip(self.store.room_ref(r)) != tips[r]])
+                    self._seen_remote.update({r: tips.get(r, "") for r in moved})
+                    changed = True
+            except GitdropError as e:
+                sys.stderr.write(f"gitdrop: {e.reason}\n")
+            if changed:
+                self._dirty.set()
+                self.interval = self.poll[0]
+            else:
+                self.interval = min(self.interval * 2, self.poll[1])
+
+
+# --- faces: `gitdrop watch` and `gitdrop wait` ------------------------------------
+def _open(hub: str, room: str, agent: str):
+    n = Notifier(hub or default_hub())
+    n.sync([room])
+    r = Room(Store(n.path), room)
+    r.store.room_tip(room)  # NotFound with a hint
+    agent = r.resolve(agent or os.environ.get("GITDROP_AGENT", ""))
+    return n, r, agent
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"gitdrop: {text}\n")
+    sys.stderr.flush()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def event_line(ev: dict) -> str:
+    ts = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
+    return f"{ts} {ev['room']} [{ev['via']}] {_one_line(events.summary(ev))}"
+
+
+def _ids(label: str, ids) -> str:
+    return f"{label}{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+
+
+def summarize(w: dict) -> str:
+    """One line of what waits: "3 unread messages from juno, spartan; task 12 assigned to you"."""
+    parts = []
+    msgs = [e for e in w["unread"] if e["op"] == "send"]
+    if msgs:
+        senders = list(dict.fromkeys(model.short(e["from"]) for e in msgs))
+        parts.append(f"{len(msgs)} unread message{'s' if len(msgs) > 1 else ''} "
+                     f"from {', '.join(senders)}")
+    listed = {str(t) for t in w["tasks"] + w["reviews"]}
+    shown_hs = {str(h) for h in w["handshakes"]}
+    notices = [e for e in w["unread"] if e["op"] != "send" and not
+               (e.get("task") and e["task"] in listed) and not
+               (e.get("handshake") and e["handshake"] in shown_hs)]
+    if len(notices) == 1:
+        parts.append(f"notice: {_one_line(notices[0]['subject'])}")
+    elif notices:
+        parts.append(f"{len(notices)} unread notices")
+    if w["tasks"]:
+        parts.append(_ids("task", w["tasks"]) + " assigned to you")
+    if w["reviews"]:
+        parts.append(_ids("task", w["reviews"]) + " waiting for your review")
+    if w["handshakes"]:
+        parts.append(_ids("handshake", w["handshakes"]) + " waiting for your ack")
+    return "; ".join(parts)
+
+
+def _sorted_ids(ids):
+    return sorted(ids, key=lambda x: (0, int(x)) if str(x).isdigit() else (1, str(x)))
+
+
+def _alert(w: dict, as_json: bool) -> str:
+    w = dict(w, tasks=_sorted_ids(w["tasks"]), reviews=_sorted_ids(w["reviews"]))
+    summary = summarize(w)
+    line = (f"gitdrop: work waiting for {w['agent']} in {w['room']}: {summary} "
+            f"(next: gitdrop inbox)")
+    if not as_json:
+        return line
+    return json.dumps({"alert": line, "summary": summary, "agent": w["agent"],
+                       "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
+                       "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
+                       "handshakes": w["handshakes"]}, ensure_ascii=False)
+
+
+def _has_work(w: dict) -> bool:
+    return bool(w["unread"] or w["tasks"] or w["reviews"] or w["handshakes"])
+
+
+def run_wait(hub: str, room: str, agent: str, timeout: float | None, as_json: bool) -> int:
+    """`gitdrop wait`: 0 with an alert as soon as something waits for the agent
+    (at once if it already does), TIMEOUT_EXIT (124) after `timeout` seconds."""
+    n = None
+    try:
+        n, r, agent = _open(hub, room, agent)
+        woke = threading.Event()
+        n.subscribe(room, agent, lambda evs: woke.set())
+        n.start()
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
+        first = True
+        while True:
+            w = r.waiting(agent)
+            if _has_work(w):
+                print(_alert(w, as_json), flush=True)
+                return 0
+            if first:
+                first = False
+                _say(f"{n.describe()}; waiting for {agent} in {room}"
+                     + ("" if timeout is None else f" (timeout {timeout:g} s)"))
+            left = None if deadline is None else deadline - time.monotonic()
+            if (left is not None and left <= 0) or not woke.wait(left):
+                _say(f"nothing for {agent} in {room} after {timeout:g} s")
+                return TIMEOUT_EXIT
+            woke.clear()
+    except GitdropError as e:
+        sys.stderr.write(e.render() + "\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        return INTERRUPT_EXIT
+    finally:
+        if n is not None:
+            n.stop()
+
+
+def run_watch(hub: str, room: str, agent: str, as_json: bool) -> int:
+    """`gitdrop watch`: one line per new event for the agent (JSON with as_json)
+    until interrupted; Ctrl-C exits 0."""
+    n = None
+    try:
+        n, r, agent = _open(hub, room, agent)
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def show(evs):
+            with lock:
+                try:
+                    for ev in evs:
+                        sys.stdout.write((json.dumps(ev, ensure_ascii=False) if as_json
+                                          else event_line(ev)) + "\n")
+                    sys.stdout.flush()
+                except (BrokenPipeError, ValueError):  # the reader went away
+                    done.set()
+        n.subscribe(room, agent, show)
+        n.start()
+        _say(f"{n.describe()}; streaming events for {agent} in {room} (Ctrl-C to stop)")
+        while not done.wait(3600):
+            pass
+        return 0
+    except GitdropError as e:
+        sys.stderr.write(e.render() + "\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if n is not None:
+            n.stop()
+
+
+def main(argv=None) -> int:
+    """`python -m gitdrop.notifier watch|wait --as A [--room R] [--hub H] ...`"""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m gitdrop.notifier")
+    p.add_argument("command", choices=["watch", "wait"])
+    p.add_argument("--hub", default=os.environ.get("GITDROP_HUB", ""))
+    p.add_argument("--room", default=os.environ.get("GITDROP_ROOM", "lobby"))
+    p.add_argument("--as", dest="agent", default=os.environ.get("GITDROP_AGENT", ""))
+    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if a.command == "watch":
+        return run_watch(a.hub, a.room, a.agent, a.json)
+    return run_wait(a.hub, a.room, a.agent, a.timeout, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""The notifier with real processes: a waiter or a watcher runs as its own
+process; another path (the core, a raw `git push` from a clone) writes; the
+waiter wakes with the right summary, and nothing is reported twice or missed
+across `git pack-refs --all` and `git gc`. A remote hub (file:// URL) is polled."""
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from gitdrop import fmt
+from gitdrop.notifier import TIMEOUT_EXIT, Notifier, summarize
+
+from conftest import git
+
+PY = sys.executable
+
+
+class Proc:
+    """`python -m gitdrop.notifier ...` with its stdout and stderr read line by line."""
+
+    def __init__(self, *args, env=None):
+        e = dict(os.environ, **(env or {}))
+        e.pop("GITDROP_AGENT", None)
+        self.p = subprocess.Popen([PY, "-m", "gitdrop.notifier", *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=e)
+        self.out, self.err = queue.Queue(), queue.Queue()
+        self.errors = []
+        for stream, q in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
+            threading.Thread(target=self._pump, args=(stream, q), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, q):
+        for line in stream:
+            q.put((time.monotonic(), line.rstrip("\n")))
+        q.put((time.monotonic(), None))
+
+    def ready(self, text, timeout=20):
+        """Wait for a line on stderr containing `text` (the mode announcement)."""
+        end = time.monotonic() + timeout
+        while True:
+            _, line = self.err.get(timeout=max(end - time.monotonic(), 0.01))
+            assert line is not None, f"exited before {text!r}: {self.errors}"
+            self.errors.append(line)
+            if text in line:
+                return line
+
+    def line(self, timeout=10):
+        t, line = self.out.get(timeout=timeout)
+        return t, line
+
+    def finish(self, timeout=20):
+        rc = self.p.wait(timeout)
+        out = []
+        while True:
+            _, line = self.out.get(timeout=5)
+            if line is None:
+                break
+            out.append(line)
+        return rc, out
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(5)
+
+
+@pytest.fixture
+def procs():
+    made = []
+
+    def make(*args, **kw):
+        p = Proc(*args, **kw)
+        made.append(p)
+        return p
+    yield make
+    for p in made:
+        p.kill()
+
+
+@pytest.fixture
+def team(lobby):
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    lobby.register("core/kai", ["coder"])
+    return lobby
+
+
+def wait_args(hub, agent, *extra):
+    return ("wait", "--hub", hub.path, "--room", "lobby", "--as", agent, *extra)
+
+
+def hand_message(text, to):
+    return fmt.format_message(text, text, [("op", "send"), ("to", to)])
+
+
+def task_doc(tid, creator, state="assigned", assignee=""):
+    return fmt.dumps_doc({"id": str(tid), "title": f"task {tid}", "state": state,
+                          "creator": creator, "assignee": assignee}, "Do the thing.")
+
+
+# --- gitdrop wait ----------------------------------------------------------------
+def test_wait_returns_at_once_with_the_summary_and_marks_nothing_read(hub, team, procs):
+    team.send("juno", "spartan", "first")
+    team.send("juno", "spartan", "second")
+    team.send("kai", "spartan", "third")  # juno leads, so kai comes last
+    team.create_task("juno", "build it", assignee="spartan")
+    for _ in range(2):  # peeking: the second wait sees the same
+        p = procs(*wait_args(hub, "spartan", "--timeout", "30"))
+        rc, out = p.finish()
+        assert rc == 0
+        assert out == ["gitdrop: work waiting for core/spartan in lobby: 3 unread messages "
+                       "from juno, kai; task 1 assigned to you (next: gitdrop inbox)"]
+    assert team.inbox("spartan", peek=True)["unread"] == 4
+
+
+def test_wait_times_out_with_124_when_nothing_waits(hub, team, procs):
+    team.send("juno", "spartan", "old news")
+    team.inbox("spartan")
+    team.send("juno", "kai", "not for spartan")
+    start = time.monotonic()
+    p = procs(*wait_args(hub, "spartan", "--timeout", "1"))
+    rc, out = p.finish()
+    assert rc == TIMEOUT_EXIT == 124
+    assert out == []
+    assert time.monotonic() - start >= 1
+    assert any("waiting for core/spartan" in e for e in p.errors + _drain(p.err))
+
+
+def _drain(q):
+    out = []
+    while True:
+        try:
+            _, line = q.get_nowait()
+        except queue.Empty:
+            return out
+        if line is not None:
+            out.append(line)
+
+
+def test_wait_wakes_on_a_core_send_and_says_which_mode(hub, team, procs):
+    p = procs(*wait_args(hub, "core/spartan", "--timeout", "30"))
+    announce = p.ready("waiting for core/spartan")
+    assert f"watching {hub.path} (local, inotify)" in announce
+    team.send("kai", "core/juno", "not for spartan")  # does not wake it
+    time.sleep(0.3)
+    assert p.p.poll() is None
+    team.inbox("juno")
+    sent = time.monotonic()
+    team.send("juno", "spartan", "wake up")
+    t, line = p.line()
+    assert line.endswith("in lobby: 1 unread message from juno (next: gitdrop inbox)")
+    assert t - sent < 2  # inotify, not the slow safety re-read
+    assert p.finish()[0] == 0
+
+
+def test_wait_wakes_on_raw_git_push_message_and_task(hub, team, procs, clone):
+    c = clone("core/juno")
+    team.inbox("juno")
+    p = procs(*wait_args(hub, "spartan", "--timeout", "30", "--json"))
+    p.ready("waiting for")
+    c.pull().commit(hand_message("pushed by hand", "core/spartan"), allow_empty=True)
+    assert c.push()[0]
+    rc, out = p.finish()
+    got = json.loads(out[0])
+    assert rc == 0 and len(out) == 1
+    assert got["summary"] == "1 unread message from juno"
+    assert got["events"][0]["text"] == "pushed by hand" and got["events"][0]["via"] == "to"
+
+    team.inbox("spartan")
+    p = procs(*wait_args(hub, "spartan", "--timeout", "30"))
+    p.ready("waiting for")
+    c.pull().write("tasks/7.md", task_doc(7, "core/juno", assignee="core/spartan"))
+    c.commit("a task by hand")
+    ok, err = c.push()
+    assert ok, err
+    rc, out = p.finish()
+    assert rc == 0
+    assert out[0].endswith(": task 7 assigned to you (next: gitdrop inbox)")
+
+
+def test_wait_for_a_lead_reports_reviews_and_handshakes(hub, team, procs):
+    team.create_task("juno", "review me", assignee="spartan")
+    team.move_task("spartan", 1, "start")
+    team.inbox("juno")
+    p = procs(*wait_args(hub, "juno", "--timeout", "30", "--json"))
+    p.ready("waiting for core/juno")
+    team.move_task("spartan", 1, "submit")
+    rc, out = p.finish()
+    got = json.loads(out[0])
+    assert rc == 0 and got["reviews"] == ["1"]
+    assert got["summary"] == "task 1 waiting for your review"
+    team.inbox("kai")
+    p = procs(*wait_args(hub, "kai", "--timeout", "30"))
+    p.ready("waiting for core/kai")
+    team.start_handshake("juno", "the plan", ["kai", "spartan"])
+    rc, out = p.finish()
+    assert rc == 0 and out[0].endswith("in lobby: handshake 1 waiting for your ack "
+                                       "(next: gitdrop inbox)")
+
+
+def test_wait_refuses_an_unknown_agent(hub, team, procs):
+    rc, out = procs(*wait_args(hub, "nobody", "--timeout", "1")).finish()
+    assert rc == 4 and out == []
+
+
+# --- gitdrop watch: nothing twice, nothing missed, whatever stores the ref -------------
+def test_watch_streams_each_event_once_across_pack_refs_and_gc(hub, team, procs, clone):
+    c = clone("core/juno")
+    p = procs("watch", "--hub", hub.path, "--room", "lobby", "--as", "spartan", "--json")
+    p.ready("streaming events for core/spartan")
+    expected, sent_at = [], {}
+    for i in range(24):
+        if i % 6 == 5:
+            team.inbox("juno")
+            c.pull().commit(hand_message(f"hand {i}", "core/spartan"), allow_empty=True)
+            assert c.push()[0]
+            oid = c.head()
+        else:
+            oid = team.send("juno", "spartan" if i % 2 else "@core", f"msg {i}")["commit"]
+        expected.append(oid)
+        sent_at[oid] = time.monotonic()
+        if i % 4 == 3:
+            git("pack-refs", "--all", cwd=hub.path)
+        if i % 8 == 7:
+            git("gc", "-q", cwd=hub.path)
+            assert not os.path.exists(os.path.join(hub.path, "refs/heads/rooms/lobby"))
+    got = []
+    while len(got) < len(expected):
+        t, line = p.line(timeout=10)
+        ev = json.loads(line)
+        got.append(ev["id"])
+        assert t - sent_at[ev["id"]] < 3, "late: the safety re-read, not inotify, found it"
+        assert ev["via"] in ("to", "team") and ev["room"] == "lobby"
+    assert got == expected
+    time.sleep(0.5)
+    assert p.out.empty()  # nothing twice
+    p.p.send_signal(signal.SIGINT)
+    assert p.finish()[0] == 0
+
+
+def test_watch_text_lines(hub, team, procs):
+    p = procs("watch", "--hub", hub.path, "--room", "lobby", "--as", "kai")
+    p.ready("streaming events")
+    team.send("juno", "all", "line one\nline two")
+    team.create_task("juno", "a job", assignee="kai")
+    assert p.line()[1].endswith(" lobby [all] juno: line one line two")
+    assert p.line()[1].endswith(" lobby [notice] task 1 created and assigned to kai: a job")
+    p.p.send_signal(signal.SIGINT)
+    assert p.finish()[0] == 0
+
+
+# --- the in-process API ----------------------------------------------------------
+def test_subscribe_batches_per_agent_from_a_background_thread(hub, team):
+    got = {"spartan": [], "kai": []}
+    threads = set()
+    arrived = threading.Event()
+
+    def cb(name):
+        def f(evs):
+            threads.add(threading.current_thread().name)
+            got[name].append([e["text"] for e in evs])
+            arrived.set()
+        return f
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/spartan", cb("spartan"))
+    unsub_kai = n.subscribe("lobby", "core/kai", cb("kai"))
+    with n:
+        team.send("juno", "spartan", "one")
+        _until(lambda: got["spartan"])
+        team.send("juno", "@core", "two")
+        _until(lambda: len(got["spartan"]) == 2 and got["kai"])
+        unsub_kai()
+        team.send("juno", "all", "three")
+        _until(lambda: len(got["spartan"]) == 3)
+        n._dirty.set()  # a spurious wake reports nothing again
+        time.sleep(0.3)
+    assert got["spartan"] == [["one"], ["two"], ["three"]]
+    assert got["kai"] == [["two"]]
+    assert threads and threading.main_thread().name not in threads
+
+
+def test_a_batch_holds_everything_since_the_last_delivery(hub, team):
+    batches = []
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/spartan", batches.append)
+    for i in range(5):  # lands before start(): one scan, one batch, in order
+        team.send("juno", "spartan", f"m{i}")
+    n.scan()
+    assert [[e["text"] for e in b] for b in batches] == [["m0", "m1", "m2", "m3", "m4"]]
+    assert n.scan() == 0
+
+
+def _until(cond, timeout=10):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_summarize_words():
+    w = {"unread": [{"op": "send", "from": "a/juno"}, {"op": "send", "from": "b/spartan"},
+                    {"op": "send", "from": "a/juno"},
+                    {"op": "task-create", "task": "12", "subject": "task 12 created"},
+                    {"op": "task-approve", "task": "3", "subject": "task 3 review → completed"}],
+         "tasks": ["12", "14"], "reviews": [], "handshakes": []}
+    assert summarize(w) == ("3 unread messages from juno, spartan; notice: task 3 review → "
+                            "completed; tasks 12, 14 assigned to you")
+
+
+# --- a remote hub: followed over git itself ------------------------------------------
+def test_remote_hub_is_polled_and_wakes_the_waiter(hub, team, procs, tmp_path):
+    url = "file://" + hub.path
+    env = {"GITDROP_CACHE": str(tmp_path / "cache")}
+    p = procs("wait", "--hub", url, "--room", "lobby", "--as", "spartan", "--timeout", "30",
+              env=env)
+    announce = p.ready("waiting for core/spartan")
+    assert f"polling {url} (remote, ls-remote every 0.2–5 s" in announce
+    time.sleep(0.5)
+    team.send("juno", "spartan", "over the wire")
+    rc, out = p.finish()
+    assert rc == 0 and out[0].endswith(": 1 unread message from juno (next: gitdrop inbox)")
+    # the same cache again, with the message already fetched: returns at once
+    rc, out = procs("wait", "--hub", url, "--room", "lobby", "--as", "spartan", "--timeout", "0",
+                    env=env).finish()
+    assert rc == 0 and "1 unread message from juno" in out[0]
+
+
+def test_remote_watch_reports_each_push_once(hub, team, tmp_path, monkeypatch):
+    monkeypatch.setenv("GITDROP_CACHE", str(tmp_path / "cache"))
+    n = Notifier("file://" + hub.path, poll=(0.05, 0.2))
+    batches = []
+    n.subscribe("lobby", "core/spartan", batches.append)
+    assert n.remote and "remote" in n.describe()
+    with n:
+        for i in range(4):
+            team.send("juno", "spartan", f"r{i}")
+            time.sleep(0.15 if i % 2 else 0)
+        git("pack-refs", "--all", cwd=hub.path)
+        _until(lambda: sum(len(b) for b in batches) >= 4)
+        time.sleep(0.5)
+    assert [e["text"] for b in batches for e in b] == ["r0", "r1", "r2", "r3"]
+
+
+def test_unreachable_remote_is_a_clear_error(procs, tmp_path):
+    p = procs("wait", "--hub", "file://" + str(tmp_path / "nope.git"), "--as", "x/y",
+              "--timeout", "1", env={"GITDROP_CACHE": str(tmp_path / "cache")})
+    rc, out = p.finish()
+    assert rc == 4 and out == []
+    assert any("cannot reach the hub" in e for e in _drain(p.err))
