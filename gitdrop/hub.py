@@ -9,9 +9,10 @@ import pygit2
 
 from . import fmt, hubrules, model
 from .core import Room, default_hub
-from .errors import NotFound, Refusal, UsageError
+from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
+from .rules import is_message
 from .store import Store
-from .view import RoomView, first_parent_walk, render_file
+from .view import CommitData, RoomView, first_parent_walk, render_file
 
 # Settings that protect a hub: no rewrites or deletes by push, checked objects,
 # durable writes, push options for the hook.
@@ -58,7 +59,7 @@ def install_hooks(git_dir: str) -> None:
 
 
 def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
-         fsync: bool = True) -> "Hub":
+         fsync: bool = True, clock=None) -> "Hub":
     """Create a hub (or upgrade one in place: hooks and settings; nothing is lost)."""
     path = os.path.abspath(os.path.expanduser(path or default_hub()))
     if not os.path.exists(os.path.join(path, "HEAD")):
@@ -70,7 +71,7 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     if "gitdrop.fsync" not in repo.config:
         repo.config["gitdrop.fsync"] = "true" if fsync else "false"
     install_hooks(path)
-    hub = Hub(path)
+    hub = Hub(path, clock=clock)
     if not hub.store.tip(model.HUB_REF):
         hub._hub_commit(creator, {"hub.toml": fmt.dumps_toml(
             {"version": 1, "created": hub.clock()})}, "hub created", "hub-init")
@@ -80,16 +81,26 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
 
 
 class Hub:
+    """A hub: its team registry (the hub branch) and the lifecycle of its rooms.
+
+    `clock` (a function returning epoch seconds) dates every commit the hub and
+    its rooms make and decides every age (health, idle archive, expiry)."""
+
     def __init__(self, path: str = "", clock=None):
         self.path = os.path.abspath(os.path.expanduser(path or default_hub()))
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
 
     def room(self, name: str) -> Room:
+        if not self.store.tip(self.store.room_ref(name)) and \
+                self.store.tip(model.ARCHIVE_PREFIX + name):
+            raise NotFound(f"room {name!r} is archived", f"restore it (gitdrop room restore "
+                           f"{name}) or read it with gitdrop room show {name}")
         self.store.room_tip(name)  # raises NotFound with a hint
         return Room(self.store, name, self.clock)
 
     def config(self, key: str, default: int) -> int:
+        """A whole-number setting from the hub's git config (e.g. gitdrop.idleArchiveDays)."""
         cfg = self.store.repo.config
         try:
             return int(cfg[key]) if key in cfg else default
@@ -102,38 +113,50 @@ class Hub:
         tree = self.store.reader.commit(tip).tree if tip else None
         return RoomView(self.store.reader, tree, tip, "hub")
 
-    def _hub_commit(self, author, files, subject, op, **extra):
+    def _hub_commit(self, author, files, subject, op, now=None, **extra):
+        """One commit on the hub branch; `files` is {path: text|None} or a function of
+        the current hub view returning it (called again after a lost race)."""
         trailers = [("op", op)] + [(k, str(v)) for k, v in extra.items() if v]
 
         def build(view, tip):
-            return files, fmt.format_message(subject, "", trailers), {}
-        oid, _ = self.store.write(model.HUB_REF, build, author, now=self.clock(), check=False)
+            return (files(view) if callable(files) else files,
+                    fmt.format_message(subject, "", trailers), {})
+        when = self.clock() if now is None else now
+        oid, _ = self.store.write(model.HUB_REF, build, author, now=when, check=False)
         return oid
 
+    # --- teams --------------------------------------------------------------------
     def register_team(self, name: str, lead: str, members=(), by: str = "") -> dict:
+        """Create a team (by its lead, or a hub admin hub/...) or change it (its lead only)."""
         if not model.is_name(name):
             raise UsageError(f"bad team name {name!r}", "letters, digits, '.', '_', '-'")
         lead = lead if "/" in lead else f"{name}/{lead}"
         members = [m if "/" in m else f"{name}/{m}" for m in members if m]
+        by = by if not by or "/" in by else f"{name}/{by}"
+        path = hubrules.team_path(name)
         old = self.team(name, missing_ok=True)
-        author = by or (old["lead"] if old else lead)
-        if old and author != old["lead"]:
-            raise Refusal("lead-only", f"team {name} is led by {old['lead']}",
-                          f"ask {old['lead']} to change it")
-        doc = {"name": name, "lead": lead, "members": sorted(set(members) | {lead}),
-               "created": old["created"] if old else self.clock()}
-        # the hub branch has its own small rule set; run it as the hook would
-        from .view import CommitData
-        proposed = CommitData("", None, ["x"], author, "", self.clock(),
-                              fmt.format_message("team", "", [("op", "team")]))
-        txt = fmt.dumps_toml(doc)
-        fake = _TextReader({"old": fmt.dumps_toml(old) if old else None, "new": txt})
-        hubrules.check(fake, proposed, [(hubrules.team_path(name),
-                                         "old" if old else None, "new")])
-        self._hub_commit(author, {hubrules.team_path(name): txt},
-                         f"team {name} {'updated' if old else 'created'} (lead {model.short(lead)})",
-                         "team-update" if old else "team-create")
-        return doc
+        author = by or (lead if old is None else "")
+        if not author:
+            raise Refusal("lead-only", f"team {name} exists and is led by {old['lead']}",
+                          f"change it as its lead (--as {old['lead']})")
+        doc = {}
+
+        def build(view, tip):
+            text = view.text(path)
+            prev = dict(hubrules.TEAM_FIELDS, **fmt.loads_toml(text)) if text else None
+            doc.update(name=name, lead=lead, members=sorted(set(members) | {lead}),
+                       created=prev["created"] if prev else self.clock())
+            new = fmt.dumps_toml(doc)
+            op = "team-update" if prev else "team-create"
+            msg = fmt.format_message(f"team {name} {'updated' if prev else 'created'} "
+                                     f"(lead {model.short(lead)})", "", [("op", op)])
+            # the hub branch has its own small rule set: run it as the hook would
+            proposed = CommitData("", None, [tip], author, "", self.clock(), msg)
+            hubrules.check(_TextReader({"old": text, "new": new}), proposed,
+                           [(path, "old" if prev else None, "new")])
+            return {path: new}, msg, {}
+        self.store.write(model.HUB_REF, build, author, now=self.clock(), check=False)
+        return dict(doc)
 
     def team(self, name: str, missing_ok=False) -> dict | None:
         text = self._hub_view().text(hubrules.team_path(name))
@@ -147,7 +170,45 @@ class Hub:
         view = self._hub_view()
         return [self.team(n[:-5]) for n in view.names("teams") if n.endswith(".toml")]
 
-    # --- rooms --------------------------------------------------------------------
+    # --- rooms: who may act on them ----------------------------------------------------
+    def _locate(self, room: str) -> tuple[str, str, RoomView]:
+        """(ref, tip, view) of an active or archived room."""
+        for ref in (self.store.room_ref(room), model.ARCHIVE_PREFIX + room):
+            tip = self.store.tip(ref)
+            if tip:
+                c = self.store.reader.commit(tip)
+                return ref, tip, RoomView(self.store.reader, c.tree, tip, room)
+        raise NotFound(f"no room {room!r} in this hub", "gitdrop room list --all")
+
+    @staticmethod
+    def leads_of(view: RoomView) -> list[str]:
+        """Who acts for a room: the leads of its member teams (room.toml, from the team
+        registry); in a room without any, its registered agents with the lead role."""
+        recorded = sorted(set(view.room["leads"].values()))
+        return recorded or sorted(view.leads())
+
+    def _actor(self, view: RoomView, by: str) -> str:
+        """`by` as team/name: a short name resolves among the room's agents and leads."""
+        if not by or "/" in by:
+            return by
+        found = sorted({a["id"] for a in view.agents() if model.short(a["id"]) == by} |
+                       {x for x in view.room["leads"].values() if model.short(x) == by})
+        if len(found) > 1:
+            raise Ambiguous(f"AMBIGUOUS: {by!r} matches {', '.join(found)}.",
+                            "Use full name (team/agent).")
+        return found[0] if found else by
+
+    def _require_lead(self, view: RoomView, by: str, what: str) -> str:
+        by = self._actor(view, by)
+        leads = self.leads_of(view)
+        if by not in leads:
+            raise Refusal("lead-only", f"{by or 'nobody'} may not {what} room {view.name!r}: "
+                          f"that is for its leads ({', '.join(leads) or 'none yet'})",
+                          f"ask {' or '.join(leads)}" if leads else
+                          "register a lead in the room first (gitdrop register NAME --role lead)")
+        return by
+
+    # --- rooms: lifecycle ------------------------------------------------------------
     def create_room(self, creator: str, name: str, teams=(), open_: bool = False,
                     settings: dict | None = None) -> dict:
         if not model.is_name(name):
@@ -155,15 +216,17 @@ class Hub:
         if self.store.tip(self.store.room_ref(name)) or \
                 self.store.tip(model.ARCHIVE_PREFIX + name):
             raise Refusal("format", f"room {name!r} already exists", "pick another name")
-        teams = [t for t in teams if t]
+        teams = list(dict.fromkeys(t for t in teams if t))
         leads = {}
-        for t in teams:
-            team = self.team(t, missing_ok=True)
-            if team:
-                leads[t] = team["lead"]
+        for t in teams:  # a member team has a lead: it signs, reviews and gets every message
+            leads[t] = self.team(t)["lead"]
+        for k, v in (settings or {}).items():
+            if k not in model.DEFAULT_SETTINGS or not isinstance(v, int) or v < 0:
+                raise UsageError(f"setting {k}={v!r} is unknown or not a whole number >= 0",
+                                 "settings: " + ", ".join(model.DEFAULT_SETTINGS))
         doc = model.with_defaults("room", {"name": name, "created": self.clock(),
                                            "open": open_ or not teams, "teams": teams,
-                                           "leads": leads, "settings": settings or {}})
+                                           "leads": leads, "settings": dict(settings or {})})
 
         def build(view, tip):
             if tip:
@@ -173,150 +236,247 @@ class Hub:
                                        + (f" for {', '.join(teams)}" if teams else ""), "",
                                        [("op", "room-create")]), {})
         oid, _ = self.store.write(self.store.room_ref(name), build, creator, now=self.clock())
-        return {"room": name, "commit": oid, "teams": teams, "open": doc["open"]}
+        return {"room": name, "commit": oid, "teams": teams, "open": doc["open"],
+                "leads": leads}
 
-    def join_room(self, team: str, room: str, by: str) -> dict:
+    def join_room(self, team: str, room: str, by: str = "") -> dict:
+        """Add a team (with its lead from the registry) to a room: by a lead of the room,
+        or, in an open room, by the team's own lead. Also re-syncs a changed lead."""
         t = self.team(team)
         r = self.room(room)
-        if team in r.view().room["teams"]:
-            return {"room": room, "team": team, "joined": False}
-        by = by or t["lead"]
+        view = r.view()
+        by = self._actor(view, by) or t["lead"]
+        if "/" not in by:
+            by = f"{team}/{by}"
+        if team in view.room["teams"]:
+            if view.room["leads"].get(team) == t["lead"]:
+                return {"room": room, "team": team, "joined": False, "lead": t["lead"]}
+            r.update_room(by, "room-join", f"team {team}'s lead in {room} is now "
+                          f"{model.short(t['lead'])}",
+                          leads=lambda d: dict(d["leads"], **{team: t["lead"]}))
+            return {"room": room, "team": team, "joined": False, "lead": t["lead"]}
         r.update_room(by, "room-join", f"team {team} joined {room}",
                       teams=lambda d: d["teams"] + [team],
                       leads=lambda d: dict(d["leads"], **{team: t["lead"]}))
-        return {"room": room, "team": team, "joined": True}
+        return {"room": room, "team": team, "joined": True, "lead": t["lead"]}
 
-    def leave_room(self, team: str, room: str, by: str) -> dict:
+    def leave_room(self, team: str, room: str, by: str = "") -> dict:
         r = self.room(room)
-        if team not in r.view().room["teams"]:
-            raise NotFound(f"team {team!r} is not in room {room!r}", "")
+        view = r.view()
+        if team not in view.room["teams"]:
+            raise NotFound(f"team {team!r} is not in room {room!r}",
+                           f"its teams: {', '.join(view.room['teams']) or 'none'}")
+        by = self._actor(view, by) or view.room["leads"].get(team, "")
         r.update_room(by, "room-leave", f"team {team} left {room}",
                       teams=lambda d: [x for x in d["teams"] if x != team],
                       leads=lambda d: {k: v for k, v in d["leads"].items() if k != team})
         return {"room": room, "team": team, "left": True}
 
     def pin_room(self, room: str, by: str, pinned: bool = True) -> dict:
-        if self.store.tip(model.ARCHIVE_PREFIX + room):
-            rec = self._archive_record(room)
-            self._require_lead_at(room, model.ARCHIVE_PREFIX + room, by)
-            self._hub_commit(by, {f"archive/{room}.toml": fmt.dumps_toml(dict(rec, pinned=pinned))},
-                             f"archived room {room} {'pinned' if pinned else 'unpinned'}",
-                             "room-pin", room=room)
+        """Pin: never archived for idleness, never expired. A lead of the room."""
+        ref, tip, view = self._locate(room)
+        word = "pinned" if pinned else "unpinned"
+        if ref.startswith(model.ARCHIVE_PREFIX):
+            by = self._require_lead(view, by, "pin")
+            self._hub_commit(by, lambda hv: {self._record_path(room): fmt.dumps_toml(
+                dict(self._archive_record(room, hv), pinned=pinned))},
+                f"archived room {room} {word} by {model.short(by)}", "room-pin", room=room)
         else:
-            self.room(room).update_room(by, "room-pin",
-                                        f"room {room} {'pinned' if pinned else 'unpinned'}",
-                                        pinned=pinned)
+            self.room(room).update_room(self._actor(view, by), "room-pin",
+                                        f"room {room} {word}", pinned=pinned)
         return {"room": room, "pinned": pinned}
 
-    def _require_lead_at(self, room: str, ref: str, by: str) -> None:
-        tip = self.store.tip(ref)
-        c = self.store.reader.commit(tip)
-        view = RoomView(self.store.reader, c.tree, tip, room)
-        leads = set(view.room["leads"].values()) | set(view.leads())
-        if by not in leads and by != REAPER:
-            raise Refusal("lead-only", f"{by} is not a lead of room {room!r} "
-                          f"(leads: {', '.join(sorted(leads)) or 'none'})",
-                          "ask a lead of the room to do this")
-
     def archive_room(self, room: str, by: str, why: str = "") -> dict:
+        """Move rooms/<room> to refs/archive/rooms/<room> (history kept, readable,
+        restorable) and record it on the hub branch. A lead of the room."""
+        ref, _tip, view = self._locate(room)
+        if ref != self.store.room_ref(room):
+            raise Refusal("format", f"room {room!r} is already archived",
+                          f"restore it with gitdrop room restore {room}")
+        by = self._require_lead(view, by, "archive")
+        return self._archive(room, by, why, self.clock())
+
+    def _archive(self, room: str, by: str, why: str, now: int) -> dict:
         ref = self.store.room_ref(room)
-        self.store.room_tip(room)
-        self._require_lead_at(room, ref, by)
-        tip = self.store.move_ref(ref, model.ARCHIVE_PREFIX + room)
-        pinned = RoomView(self.store.reader, self.store.reader.commit(tip).tree, tip, room).room["pinned"]
-        self._hub_commit(by, {f"archive/{room}.toml": fmt.dumps_toml(
-            {"name": room, "archived": self.clock(), "tip": tip, "pinned": pinned})},
+        tip = self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
+        pinned = self._view_at(room, tip).room["pinned"]
+        self._hub_commit(by, {self._record_path(room): fmt.dumps_toml(
+            {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
             f"room {room} archived by {model.short(by)}" + (f" ({why})" if why else ""),
-            "room-archive", room=room)
-        return {"room": room, "archived": True, "tip": tip}
+            "room-archive", now=now, room=room, tip=tip)
+        return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
 
     def restore_room(self, room: str, by: str) -> dict:
-        self._require_lead_at(room, model.ARCHIVE_PREFIX + room, by)
-        self.store.move_ref(model.ARCHIVE_PREFIX + room, self.store.room_ref(room))
-        self._hub_commit(by, {f"archive/{room}.toml": None},
-                         f"room {room} restored by {model.short(by)}", "room-restore", room=room)
-        return {"room": room, "archived": False}
-
-    def _archive_record(self, room: str) -> dict:
-        text = self._hub_view().text(f"archive/{room}.toml")
-        return fmt.loads_toml(text) if text else {"name": room, "archived": 0, "pinned": False}
+        ref, _tip, view = self._locate(room)
+        if not ref.startswith(model.ARCHIVE_PREFIX):
+            raise Refusal("format", f"room {room!r} is not archived", "nothing to do")
+        by = self._require_lead(view, by, "restore")
+        tip = self._move(ref, self.store.room_ref(room), f"restored by {by}")
+        self._hub_commit(by, lambda hv: {self._record_path(room): None},
+                         f"room {room} restored by {model.short(by)}", "room-restore",
+                         room=room, tip=tip)
+        return {"room": room, "archived": False, "tip": tip}
 
     def destroy_room(self, room: str, by: str, why: str = "") -> dict:
-        """Hard delete: the room's ref goes; only a lead of the room may do it."""
-        ref = self.store.room_ref(room)
-        if not self.store.tip(ref):
-            ref = model.ARCHIVE_PREFIX + room
-            if not self.store.tip(ref):
-                raise NotFound(f"no room {room!r}", "gitdrop room list --all")
-        self._require_lead_at(room, ref, by)
-        tip = self.store.tip(ref)
-        self.store.delete_ref(ref)
-        files = {f"archive/{room}.toml": None} if self._hub_view().text(f"archive/{room}.toml") else {}
+        """Hard delete (active or archived), agreed by the lead of every member team:
+        each lead's call records their consent; the last one deletes the ref. In a
+        room without team leads, one of its leads decides."""
+        ref, tip, view = self._locate(room)
+        by = self._require_lead(view, by, "destroy")
+        leads = sorted(set(view.room["leads"].values()))
+        path = f"destroy/{room}.toml"
+        text = self._hub_view().text(path)
+        agreed = sorted(set(fmt.loads_toml(text).get("consents", []) if text else []) | {by})
+        waiting = [x for x in leads if x not in agreed]
+        if waiting:
+            self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed})},
+                             f"{model.short(by)} agrees to destroy room {room} (waiting for "
+                             f"{', '.join(waiting)})", "room-destroy-consent", room=room)
+            return {"room": room, "destroyed": False, "tip": tip, "consents": agreed,
+                    "waiting_for": waiting}
+        return self._destroy(room, by, why, self.clock())
+
+    def _destroy(self, room: str, by: str, why: str, now: int) -> dict:
+        ref, tip, _view = self._locate(room)
+        tip = self._move(ref, None, f"destroyed by {by}")
+
+        def files(hv):
+            return {p: None for p in (self._record_path(room), f"destroy/{room}.toml")
+                    if hv.text(p) is not None}
         self._hub_commit(by, files, f"room {room} destroyed by {model.short(by)}"
-                         + (f" ({why})" if why else ""), "room-destroy", room=room, tip=tip)
+                         + (f" ({why})" if why else ""), "room-destroy", now=now,
+                         room=room, tip=tip)
         return {"room": room, "destroyed": True, "tip": tip}
 
+    def _move(self, ref: str, to: str | None, why: str, tries: int = 50) -> str:
+        """Move (or, with to=None, delete) a room's ref with compare-and-swap: both refs
+        are locked, the tip re-read under the lock, so no concurrent commit is lost."""
+        repo = self.store.repo
+        for _ in range(tries):
+            tip = self.store.tip(ref)
+            if not tip:
+                raise NotFound(f"no ref {ref}", "gitdrop room list --all")
+            try:
+                with repo.transaction() as tx:
+                    tx.lock_ref(ref)
+                    if to:
+                        tx.lock_ref(to)
+                    if self.store.tip(ref) != tip:
+                        raise _Moved()
+                    if to:
+                        if self.store.tip(to):
+                            raise Refusal("format", f"{to} already exists",
+                                          "destroy or restore the other one first")
+                        tx.set_target(to, tip, message=f"gitdrop: {why}")
+                    tx.remove(ref)
+                return tip
+            except (_Moved, pygit2.GitError, OSError):
+                time.sleep(0.005)
+        raise Conflict(f"{ref} kept moving; gave up after {tries} tries", "try again")
+
+    def _view_at(self, room: str, tip: str) -> RoomView:
+        return RoomView(self.store.reader, self.store.reader.commit(tip).tree, tip, room)
+
+    @staticmethod
+    def _record_path(room: str) -> str:
+        return f"archive/{room}.toml"
+
+    def _archive_record(self, room: str, hub_view: RoomView | None = None) -> dict:
+        """An archived room's record; without one (a crash between the ref move and
+        the record) it counts as archived at its last commit and not pinned."""
+        text = (hub_view or self._hub_view()).text(self._record_path(room))
+        if text:
+            return fmt.loads_toml(text)
+        tip = self.store.tip(model.ARCHIVE_PREFIX + room)
+        when = self.store.reader.commit(tip).time if tip else 0
+        return {"name": room, "archived": when, "tip": tip, "pinned": False}
+
+    # --- rooms: reading ---------------------------------------------------------------
     def rooms(self, status: str = "active") -> list[dict]:
+        """Rooms with their teams, activity and health (and, archived, their expiry)."""
         out = []
         kinds = {"active": [model.ROOM_PREFIX], "archived": [model.ARCHIVE_PREFIX],
                  "all": [model.ROOM_PREFIX, model.ARCHIVE_PREFIX]}.get(status)
         if kinds is None:
             raise UsageError(f"bad status {status!r}", "active, archived or all")
         now = self.clock()
+        expiry = self.config("gitdrop.archiveExpiryDays", 90)
+        hv = self._hub_view()
         for prefix in kinds:
             for name in self.store.rooms(prefix):
                 tip = self.store.tip(prefix + name)
                 c = self.store.reader.commit(tip)
                 room = RoomView(self.store.reader, c.tree, tip, name).room
                 idle = now - c.time
-                out.append({"room": name, "status": "active" if prefix == model.ROOM_PREFIX
-                            else "archived", "teams": room["teams"], "open": room["open"],
-                            "pinned": room["pinned"] or (prefix == model.ARCHIVE_PREFIX and
-                                                         self._archive_record(name).get("pinned", False)),
-                            "last_activity": c.time,
-                            "health": "busy" if idle < 3600 else "quiet" if idle < 7 * DAY else "idle"})
+                row = {"room": name, "status": "active" if prefix == model.ROOM_PREFIX
+                       else "archived", "teams": room["teams"], "open": room["open"],
+                       "leads": room["leads"], "pinned": room["pinned"],
+                       "last_activity": c.time, "idle_seconds": max(0, idle),
+                       "health": "busy" if idle < 3600 else "quiet" if idle < 7 * DAY
+                       else "idle"}
+                if prefix == model.ARCHIVE_PREFIX:
+                    rec = self._archive_record(name, hv)
+                    row.update(pinned=bool(rec.get("pinned")), archived_at=rec["archived"],
+                               expires=None if rec.get("pinned") or expiry <= 0
+                               else rec["archived"] + expiry * DAY, health="archived")
+                out.append(row)
         return out
 
-    def rooms_of_team(self, team: str) -> list[dict]:
-        return [r for r in self.rooms() if team in r["teams"]]
+    def rooms_of_team(self, team: str, status: str = "active") -> list[dict]:
+        return [r for r in self.rooms(status) if team in r["teams"]]
 
     def room_status(self, room: str) -> dict:
-        r = self.room(room)
-        view = r.view()
+        """Teams, leads, agents, open tasks, last activity and size (active or archived)."""
+        ref, tip, view = self._locate(room)
         tasks = [view.task(t)[0] for t in view.task_ids()]
-        n = 0
-        for n, _c in enumerate(first_parent_walk(self.store.reader, view.commit), 1):
+        n = messages = 0
+        for n, c in enumerate(first_parent_walk(self.store.reader, tip), 1):
+            if is_message(self.store.reader, c):
+                messages += 1
             if n >= 10000:
                 break
-        last = self.store.reader.commit(view.commit)
-        return {"room": room, "teams": view.room["teams"], "open": view.room["open"],
-                "leads": view.room["leads"], "pinned": view.room["pinned"],
-                "agents": [a["id"] for a in view.agents()],
-                "open_tasks": sum(1 for t in tasks if t["state"] not in ("completed", "cancelled")),
-                "tasks": len(tasks), "commits": n if n < 10000 else "10000+",
-                "last_activity": last.time, "last": last.subject, "tip": view.commit}
+        last = self.store.reader.commit(tip)
+        out = {"room": room, "status": "active" if ref.startswith(model.ROOM_PREFIX)
+               else "archived", "teams": view.room["teams"], "open": view.room["open"],
+               "leads": view.room["leads"], "pinned": view.room["pinned"],
+               "agents": [a["id"] for a in view.agents()],
+               "open_tasks": sum(1 for t in tasks if t["state"] not in ("completed", "cancelled")),
+               "tasks": len(tasks), "commits": n if n < 10000 else "10000+",
+               "messages": messages, "settings": view.settings,
+               "last_activity": last.time, "last": last.subject, "tip": tip}
+        if out["status"] == "archived":
+            out["pinned"] = bool(self._archive_record(room).get("pinned"))
+        return out
 
+    # --- upkeep --------------------------------------------------------------------------
     def reap(self, now: int | None = None) -> dict:
-        """Archive idle rooms (if gitdrop.idleArchiveDays > 0) and destroy archives older
-        than gitdrop.archiveExpiryDays (default 90) unless pinned. Commits what it did."""
+        """Archive rooms idle for gitdrop.idleArchiveDays (0, the default: never) and
+        destroy archives older than gitdrop.archiveExpiryDays (default 90; 0: never),
+        sparing pinned rooms. Each act is a commit on the hub branch by hub/reaper."""
         now = self.clock() if now is None else now
         idle_days = self.config("gitdrop.idleArchiveDays", 0)
         expiry_days = self.config("gitdrop.archiveExpiryDays", 90)
-        archived, destroyed = [], []
+        archived, destroyed, spared = [], [], []
         if idle_days > 0:
             for r in self.rooms("active"):
-                if not r["pinned"] and now - r["last_activity"] >= idle_days * DAY:
-                    self.archive_room(r["room"], REAPER, f"idle {idle_days} days")
-                    archived.append(r["room"])
+                if now - r["last_activity"] < idle_days * DAY:
+                    continue
+                if r["pinned"]:
+                    spared.append(r["room"])
+                    continue
+                self._archive(r["room"], REAPER, f"idle over {idle_days} days", now)
+                archived.append(r["room"])
         if expiry_days > 0:
             for r in self.rooms("archived"):
-                rec = self._archive_record(r["room"])
-                if r["pinned"] or rec.get("pinned"):
+                if now - r["archived_at"] < expiry_days * DAY:
                     continue
-                if now - int(rec.get("archived", 0)) >= expiry_days * DAY:
-                    self.destroy_room(r["room"], REAPER, f"archived over {expiry_days} days")
-                    destroyed.append(r["room"])
-        return {"archived": archived, "destroyed": destroyed}
+                if r["pinned"]:
+                    spared.append(r["room"])
+                    continue
+                self._destroy(r["room"], REAPER, f"archived over {expiry_days} days", now)
+                destroyed.append(r["room"])
+        return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
+                "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
 
     def verify(self, room: str, archived: bool = False) -> list:
         """Re-check a whole room from its first commit (no clock rule)."""
@@ -326,6 +486,10 @@ class Hub:
         if not tip:
             raise NotFound(f"no room {room!r}", "")
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip)
+
+
+class _Moved(Exception):
+    """The ref moved between reading its tip and locking it."""
 
 
 class _TextReader:

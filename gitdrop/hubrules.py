@@ -1,5 +1,9 @@
-"""Rules for the hub branch: the team registry (teams/<team>.toml) and the
-record of archived rooms (archive/<room>.toml)."""
+"""Rules for the hub branch: the team registry (teams/<team>.toml), and the
+records the hub itself keeps (archive/<room>.toml, destroy/<room>.toml), which a
+push may not touch.
+
+A push may create a team (as its lead, or as a hub admin `hub/<name>`) or change
+one (as its current lead), one team per commit."""
 
 from . import fmt, model
 from .errors import Refusal
@@ -24,17 +28,20 @@ def _refuse(rule, c, reason, fix=""):
     raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
 
 
+ADMIN_TEAM = "hub"   # hub/<name>: the hub's own identities (admin, reaper); no team
+
+
 def check(reader, c, changes, pusher="") -> str:
-    """Hub commits: create or update a team (its lead only), or record archives."""
+    """A commit on the hub branch: create or update one team."""
     op = c.op or "team-update"
     if pusher and c.author != pusher:
         _refuse("authenticated-pusher", c, f"author {c.author} but pushed as {pusher}",
                 f"recommit as {pusher}")
     if not c.parents:
         return op
-    if op in ("room-archive", "room-restore", "room-destroy", "room-expire"):
-        _refuse("lead-only", c, "archives are recorded by the hub itself",
-                "use gitdrop room archive/destroy on the hub")
+    if op not in ("team-create", "team-update"):
+        _refuse("lead-only", c, f"{op} is recorded by the hub itself, not pushed",
+                "run gitdrop room archive/restore/destroy/reap on the hub")
     if len(changes) != 1:
         _refuse("one-operation", c, "one team per commit", "make one commit per team")
     path, old, new = changes[0]
@@ -46,9 +53,20 @@ def check(reader, c, changes, pusher="") -> str:
     doc = _team(c, reader.blob_text(new))
     if doc["name"] != team or not model.is_name(team):
         _refuse("format", c, f"name must be {team!r}", "")
+    if team == ADMIN_TEAM:
+        _refuse("format", c, f"{ADMIN_TEAM!r} is reserved for the hub's own identities",
+                "pick another team name")
     if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
         _refuse("format", c, f"the lead of team {team} must be {team}/<name>", "")
+    bad = [m for m in doc["members"] if not model.is_agent_id(m) or
+           model.split_agent(m)[0] != team]
+    if bad:
+        _refuse("format", c, f"members of team {team} are {team}/<name>, not "
+                f"{', '.join(bad[:3])}", "")
     if old is None:
+        if c.author != doc["lead"] and model.split_agent(c.author)[0] != ADMIN_TEAM:
+            _refuse("lead-only", c, f"team {team} is created by its lead {doc['lead']} "
+                    f"(or a hub admin), not {c.author}", f"commit as {doc['lead']}")
         return "team-create"
     prev = _team(c, reader.blob_text(old))
     if c.author != prev["lead"]:
@@ -69,3 +87,15 @@ def _team(c, text):
                     "fields: name, lead, members, created")
         out[k] = v
     return out
+
+
+def check_new_room(reader, room: str) -> None:
+    """A push may not bring back an archived room under its old name (the hook's
+    reader resolves ref names; a reader that cannot, finds nothing)."""
+    try:
+        reader.commit(model.ARCHIVE_PREFIX + room)
+    except (KeyError, ValueError, TypeError):
+        return
+    raise Refusal("format", f"room {room!r} is archived; a push cannot re-create it",
+                  f"ask a lead to restore it on the hub (gitdrop room restore {room})",
+                  commit=f"refs/heads/rooms/{room}")

@@ -38,6 +38,8 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
             raise Refusal("linear-history", f"room {room!r} cannot be deleted by a push",
                           "archive or destroy it on the hub (gitdrop room archive/destroy)",
                           commit=ref)
+        if not old:
+            hubrules.check_new_room(reader, room)
         return _check_room(reader, room, chain(reader, old, new, ref), now, pusher)
     if ref == model.HUB_REF:
         if new == ZERO:
