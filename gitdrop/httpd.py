@@ -1,0 +1,283 @@
+"""Serve a hub over smart HTTP: `git http-backend` as CGI behind HTTP Basic auth.
+
+    python -m gitdrop.httpd HUB [--host 127.0.0.1] [--port 8080] [--users FILE]
+    python -m gitdrop.httpd HUB --users FILE --add-user team/name   (prints a new password)
+
+The hub is served at /<its directory name> (http://HOST:PORT/hub.git). Every
+request must authenticate, by a line of the users file (`team/name:sha256:<hex of
+the password>`) or by a gitdrop token of the hub (`gitdrop token`, any user name
+or the token's agent). The agent becomes REMOTE_USER, which the pre-receive hook
+reads: a pushed commit authored by anyone else is refused. --anonymous-read lets
+fetches through without a password; pushes always need one.
+"""
+
+import argparse
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+MAX_BODY = 256 * 1024 * 1024
+CHUNK = 64 * 1024
+_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+        "proxy-authenticate", "proxy-authorization"}
+
+
+class Users:
+    """The users file, re-read when it changes: `team/name:sha256:<hex>` per line."""
+
+    def __init__(self, path: str = ""):
+        self.path = path
+        self._stamp = None
+        self._hashes: dict[str, str] = {}
+
+    def _refresh(self):
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        if stamp == self._stamp:
+            return
+        hashes = {}
+        if stamp:
+            with open(self.path) as f:
+                for line in f:
+                    line = line.strip()
+                    if not line or line.startswith("#"):
+                        continue
+                    name, _, secret = line.partition(":")
+                    scheme, _, value = secret.partition(":")
+                    if scheme == "sha256" and value:
+                        hashes[name] = value.lower()
+        self._hashes, self._stamp = hashes, stamp
+
+    def check(self, user: str, password: str) -> bool:
+        if not self.path:
+            return False
+        self._refresh()
+        want = self._hashes.get(user)
+        got = hashlib.sha256(password.encode()).hexdigest()
+        return want is not None and hmac.compare_digest(want, got)
+
+
+def add_user(path: str, agent: str) -> str:
+    """Append a user with a fresh random password; returns the password."""
+    from .model import is_agent_id
+    if not is_agent_id(agent):
+        raise SystemExit(f"gitdrop.httpd: {agent!r} is not an agent id (team/name)")
+    password = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(f"{agent}:sha256:{hashlib.sha256(password.encode()).hexdigest()}\n")
+    return password
+
+
+def dechunk(stream, out, limit: int = MAX_BODY) -> int:
+    """Copy a chunked transfer-encoded body to `out` (wsgiref hands it over raw)."""
+    total = 0
+    while True:
+        line = stream.readline(1024)
+        if not line:
+            raise ValueError("truncated chunked body")
+        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            while stream.readline(1024) not in (b"\r\n", b"\n", b""):
+                pass   # trailers
+            return total
+        total += size
+        if total > limit:
+            raise ValueError("request body too large")
+        while size:
+            data = stream.read(min(size, CHUNK))
+            if not data:
+                raise ValueError("truncated chunked body")
+            out.write(data)
+            size -= len(data)
+        stream.readline(8)   # the CRLF after each chunk
+
+
+class GitApp:
+    """The WSGI app: authenticate, then hand the request to git http-backend."""
+
+    def __init__(self, hub: str, users: str = "", tokens: bool = True,
+                 anonymous_read: bool = False):
+        self.hub = os.path.realpath(hub)
+        if not os.path.exists(os.path.join(self.hub, "HEAD")):
+            raise SystemExit(f"gitdrop.httpd: no hub at {self.hub}")
+        self.name = os.path.basename(self.hub)
+        self.users = Users(users)
+        self.tokens = None
+        if tokens:
+            try:
+                from .tokens import Verifier
+                self.tokens = Verifier(self.hub)
+            except ImportError:
+                pass
+        self.anonymous_read = anonymous_read
+
+    def identify(self, environ) -> str:
+        """The authenticated agent, or ""."""
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        if not auth.lower().startswith("basic "):
+            return ""
+        try:
+            user, _, password = base64.b64decode(auth[6:].strip()).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return ""
+        if user and self.users.check(user, password):
+            return user
+        if self.tokens is not None:
+            agent = self.tokens.agent(password)
+            if agent and user in ("", "token", agent):
+                return agent
+        return ""
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        prefix = "/" + self.name
+        if not (path == prefix or path.startswith(prefix + "/")) or "/../" in path + "/":
+            return _plain(start_response, "404 Not Found", f"this server has {prefix} only\n")
+        push = path.endswith("/git-receive-pack") or \
+            "service=git-receive-pack" in environ.get("QUERY_STRING", "")
+        user = self.identify(environ)
+        if not user and (push or not self.anonymous_read):
+            return _plain(start_response, "401 Unauthorized",
+                          "log in as your agent (team/name) with its password or token\n",
+                          [("WWW-Authenticate", 'Basic realm="gitdrop"')])
+        body = tempfile.TemporaryFile()
+        try:
+            length = self._read_body(environ, body)
+        except ValueError as e:
+            body.close()
+            return _plain(start_response, "400 Bad Request", f"{e}\n")
+        body.seek(0)
+        return self._backend(environ, start_response, user, body, length)
+
+    @staticmethod
+    def _read_body(environ, out) -> int:
+        stream = environ["wsgi.input"]
+        if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return dechunk(stream, out)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if length > MAX_BODY:
+            raise ValueError("request body too large")
+        left = length
+        while left:
+            data = stream.read(min(left, CHUNK))
+            if not data:
+                raise ValueError("truncated body")
+            out.write(data)
+            left -= len(data)
+        return length
+
+    def _backend(self, environ, start_response, user, body, length):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("REMOTE_USER", "GITDROP_PUSHER") and not k.startswith("HTTP_")}
+        env.update({k: v for k, v in environ.items() if k.startswith("HTTP_") and
+                    k != "HTTP_AUTHORIZATION" and isinstance(v, str)})
+        env.update({
+            "GIT_PROJECT_ROOT": os.path.dirname(self.hub), "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": environ.get("PATH_INFO", ""), "REQUEST_METHOD":
+            environ.get("REQUEST_METHOD", "GET"), "QUERY_STRING": environ.get("QUERY_STRING", ""),
+            "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""), "CONTENT_LENGTH": str(length),
+            "REMOTE_ADDR": environ.get("REMOTE_ADDR", ""), "SERVER_PROTOCOL": "HTTP/1.1",
+            "GATEWAY_INTERFACE": "CGI/1.1"})
+        if user:
+            env["REMOTE_USER"] = user
+        if environ.get("HTTP_GIT_PROTOCOL"):
+            env["GIT_PROTOCOL"] = environ["HTTP_GIT_PROTOCOL"]
+        proc = subprocess.Popen(["git", "http-backend"], stdin=body, stdout=subprocess.PIPE,
+                                env=env)
+        body.close()   # the child holds its own descriptor
+        status, headers = "200 OK", []
+        while True:
+            line = proc.stdout.readline()
+            if not line or line in (b"\r\n", b"\n"):
+                break
+            k, _, v = line.decode("latin-1").rstrip("\r\n").partition(":")
+            if k.lower() == "status":
+                status = v.strip()
+            elif k.lower() not in _HOP:
+                headers.append((k.strip(), v.strip()))
+        start_response(status, headers)
+        return _stream(proc)
+
+
+def _stream(proc):
+    try:
+        while True:
+            data = proc.stdout.read1(CHUNK)
+            if not data:
+                break
+            yield data
+    finally:
+        proc.stdout.close()
+        proc.wait()
+
+
+def _plain(start_response, status, text, extra=()):
+    data = text.encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(data))), *extra])
+    return [data]
+
+
+class Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Handler(WSGIRequestHandler):
+    quiet = False
+
+    def log_message(self, fmt, *args):
+        if not self.quiet:
+            super().log_message(fmt, *args)
+
+
+def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
+          tokens: bool = True, anonymous_read: bool = False, quiet: bool = False):
+    """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
+    if not shutil.which("git"):
+        raise SystemExit("gitdrop.httpd: git is not on PATH")
+    app = GitApp(hub, users, tokens, anonymous_read)
+    handler = type("Handler", (_Handler,), {"quiet": quiet})
+    return make_server(host, port, app, server_class=Server, handler_class=handler)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gitdrop.httpd", description=__doc__.split("\n")[0])
+    p.add_argument("hub")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    p.add_argument("--users", default="", help="users file: team/name:sha256:<hex> lines")
+    p.add_argument("--no-tokens", action="store_true", help="ignore the hub's gitdrop tokens")
+    p.add_argument("--anonymous-read", action="store_true", help="fetch without a password")
+    p.add_argument("--add-user", metavar="AGENT", help="add AGENT to --users, print its password")
+    p.add_argument("--quiet", action="store_true", help="no request log")
+    a = p.parse_args(argv)
+    if a.add_user:
+        if not a.users:
+            p.error("--add-user needs --users FILE")
+        print(add_user(a.users, a.add_user))
+        return 0
+    srv = serve(a.hub, a.host, a.port, a.users, not a.no_tokens, a.anonymous_read, a.quiet)
+    print(f"serving {srv.get_app().hub} at http://{a.host}:{srv.server_port}/"
+          f"{srv.get_app().name}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
