@@ -503,7 +503,12 @@ class _TextReader:
 
 
 def open_hub(path: str = "", create: bool = True) -> Hub:
-    path = os.path.abspath(os.path.expanduser(path or default_hub()))
+    """The hub at a path, or behind a git URL (a RemoteHub: same interface)."""
+    path = path or default_hub()
+    from .remote import RemoteHub, is_url
+    if is_url(path):
+        return RemoteHub(path)
+    path = os.path.abspath(os.path.expanduser(path))
     if create and not os.path.exists(os.path.join(path, "HEAD")):
         return init(path)
     return Hub(path)
