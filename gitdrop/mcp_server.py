@@ -1,0 +1,377 @@
+"""gitdrop's MCP server: registration and transport only. The tools' bodies are in
+mcp_tools.py; every tool call becomes one core call, so one commit checked by the
+same rules as a `git push`.
+
+Identity: over stdio the process speaks for the agent given with --as (or the one
+that registers in this session); over streamable HTTP every call carries the
+agent's bearer token (`register` hands it out) and acts for that agent only.
+
+Push: the notifier watches the hub's refs, so whatever lands for a connected agent
+(another MCP call, the CLI, a raw `git push`) reaches its session as a resource
+update of its inbox plus tools/list_changed: on `subscriptions/listen` streams
+(protocol 2026-07-28) and on legacy (2025-11-25) sessions alike.
+
+Importing this module imports mcp (~0.9 s): only `gitdrop serve` should.
+"""
+
+import argparse
+import asyncio
+import contextvars
+import functools
+import os
+import sys
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, EmptyResult, SubscribeRequestParams, \
+    ToolAnnotations, UnsubscribeRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from . import mcp_tools
+from .errors import GitdropError
+from .mcp_tools import CALLER, ToolBox, inbox_uri
+
+_LISTENER: contextvars.ContextVar[str] = contextvars.ContextVar("gitdrop_listener", default="")
+
+
+class AgentBus:
+    """A subscription bus whose listen streams belong to agents: an agent's news
+    goes to that agent's streams only (the SDK's bus fans out to everyone)."""
+
+    def __init__(self, per_agent: bool):
+        self.per_agent = per_agent  # stdio: one client, every stream is its own
+        self._listeners: dict[object, tuple[str, object]] = {}
+
+    async def publish(self, event) -> None:
+        for _agent, listener in list(self._listeners.values()):
+            listener(event)
+        await anyio.lowlevel.checkpoint()
+
+    def subscribe(self, listener):
+        token = object()
+        self._listeners[token] = (_LISTENER.get(), listener)  # set by the middleware
+        return lambda: self._listeners.pop(token, None)
+
+    def publish_to(self, agent: str, event) -> None:
+        for owner, listener in list(self._listeners.values()):
+            if owner == agent or not self.per_agent:
+                try:
+                    listener(event)
+                except Exception:  # a closed stream must not stop the others
+                    pass
+
+
+def _compact(schema):
+    """A schema without what costs an agent's context and says nothing: pydantic's
+    titles, empty defaults; unions of plain types as one `type` list."""
+    if isinstance(schema, list):
+        return [_compact(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k == "title" and isinstance(v, str):
+            continue
+        if k == "default" and not isinstance(v, bool) and v in ("", 0, [], {}):
+            continue
+        if k in ("properties", "$defs") and isinstance(v, dict):
+            out[k] = {name: _compact(sub) for name, sub in v.items()}
+        else:
+            out[k] = _compact(v)
+    any_of = out.get("anyOf")
+    if any_of and all(isinstance(x, dict) and set(x) == {"type"} for x in any_of):
+        out.pop("anyOf")
+        out["type"] = [x["type"] for x in any_of]
+    return out
+
+
+def _outline(schema: dict, root: dict | None = None, depth: int = 0) -> dict:
+    """An output schema as an outline: top-level fields typed, nested records as
+    objects that name their fields. It still validates every result; the full
+    shapes are the TypedDicts in mcp_tools.py and docs/MCP.md."""
+    root = root or schema
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    if depth and schema.get("type") == "object" and "properties" in schema:
+        return {"type": "object", "description": " ".join(schema["properties"])}
+    out = {}
+    for k, v in schema.items():
+        if k in ("required", "$defs"):
+            continue
+        if k == "properties":
+            out[k] = {n: _outline(sub, root, depth + 1) for n, sub in v.items()}
+        elif k in ("items", "additionalProperties") and isinstance(v, dict):
+            out[k] = _outline(v, root, depth + 1)
+        else:
+            out[k] = v
+    return out
+
+
+class GitdropServer(MCPServer):
+    """MCPServer whose tools/list carries compact schemas (computed once): every
+    tool description is paid for in the agent's context on every call."""
+
+    _listed = None
+
+    async def list_tools(self):
+        if self._listed is None:
+            self._listed = [t.model_copy(update={
+                "input_schema": _compact(t.input_schema),
+                "output_schema": _outline(_compact(t.output_schema)) if t.output_schema
+                else None}) for t in await super().list_tools()]
+        return self._listed
+
+
+def _tool(box: ToolBox, name: str, fn):
+    """The method as an MCP tool: a refusal becomes a tool error naming the rule and
+    the next call. Runs on the event loop (a core call is a few ms)."""
+    @functools.wraps(fn)
+    async def call(**kw):
+        try:
+            box.authorize(name)
+            return fn(**kw)
+        except GitdropError as e:
+            raise ToolError(mcp_tools.render_error(e)) from None
+    return call
+
+
+def _resource(fn):
+    @functools.wraps(fn)
+    def read(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except GitdropError as e:
+            raise ResourceError(mcp_tools.render_error(e)) from None
+    return read
+
+
+def _describe(fn) -> str:
+    return " ".join((fn.__doc__ or "").split())
+
+
+class Push:
+    """Sessions to tell when something lands for their agent, and the telling."""
+
+    def __init__(self, box: ToolBox, bus: AgentBus):
+        self.box = box
+        self.bus = bus
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.notifier = None
+        self.watched: dict[str, object] = {}   # agent → unsubscribe
+        self.legacy: dict[str, tuple[str, object]] = {}  # session key → (agent, session)
+        self.subs: dict[str, set[str]] = {}    # session key → subscribed URIs (legacy)
+        self._tasks: set = set()
+
+    def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        try:
+            from .notifier import Notifier
+            self.notifier = Notifier(self.box.hub.path).start()
+        except Exception as e:  # serve without push rather than not at all
+            sys.stderr.write(f"gitdrop: push notifications off ({type(e).__name__}: {e})\n")
+        if self.box.bound:
+            self.watch(self.box.bound)
+
+    def stop(self) -> None:
+        if self.notifier is not None:
+            self.notifier.stop()
+
+    def watch(self, agent: str) -> None:
+        if self.notifier is None or "/" not in agent or agent in self.watched:
+            return
+        self.watched[agent] = self.notifier.subscribe(
+            self.box.room_name, agent, functools.partial(self._landed, agent))
+
+    def _landed(self, agent: str, events: list) -> None:  # notifier thread
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._spawn, agent, events)
+
+    def _spawn(self, agent, events) -> None:
+        task = asyncio.ensure_future(self.deliver(agent, events))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def deliver(self, agent: str, events: list) -> None:
+        uris = {inbox_uri(agent)}
+        tasks = {f"gitdrop://tasks/{ev['task']}" for ev in events if ev.get("task")}
+        if tasks:
+            uris |= tasks | {"gitdrop://tasks"}
+        for uri in sorted(uris):
+            self.bus.publish_to(agent, ResourceUpdated(uri=uri))
+        self.bus.publish_to(agent, ToolsListChanged())
+        for key, (owner, session) in list(self.legacy.items()):
+            if owner != agent:
+                continue
+            try:
+                for uri in sorted(uris & self.subs.get(key, set())):
+                    await session.send_resource_updated(uri)
+                await session.send_tool_list_changed()
+            except Exception:  # the session is gone
+                self.legacy.pop(key, None)
+                self.subs.pop(key, None)
+
+    # --- legacy sessions ------------------------------------------------------
+    def track(self, key: str, agent: str, session) -> None:
+        self.legacy[key] = (agent, session)
+
+    async def on_subscribe(self, ctx, params: SubscribeRequestParams) -> EmptyResult:
+        uri = str(params.uri)
+        agent = CALLER.get().agent
+        if uri.startswith("gitdrop://inbox/") and uri != inbox_uri(agent):
+            raise MCPError(INVALID_PARAMS, "you may subscribe to your own inbox only: "
+                           f"{inbox_uri(agent or '<team>/<name>')}")
+        self.subs.setdefault(_session_key(ctx), set()).add(uri)
+        return EmptyResult()
+
+    async def on_unsubscribe(self, ctx, params: UnsubscribeRequestParams) -> EmptyResult:
+        self.subs.get(_session_key(ctx), set()).discard(str(params.uri))
+        return EmptyResult()
+
+
+def _headers(ctx):
+    return getattr(ctx.request, "headers", None)
+
+
+def _session_key(ctx) -> str:
+    h = _headers(ctx)
+    return (h.get("mcp-session-id") if h is not None else None) or "stdio"
+
+
+def _identify(box: ToolBox, push: Push):
+    """Middleware: who is calling (the bound agent, or the bearer token's), for the
+    whole request; legacy sessions are remembered for push."""
+    async def middleware(ctx, call_next):
+        caller = box.identify(_headers(ctx))
+        token = CALLER.set(caller)
+        listener = None
+        try:
+            if caller.agent:
+                push.watch(caller.agent)
+                if ctx.request_id is not None and ctx.method != "initialize" and \
+                        ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    push.track(_session_key(ctx), caller.agent, ctx.session)
+            if ctx.method == "subscriptions/listen":
+                if box.transport == "http" and not caller.agent:
+                    raise MCPError(INVALID_REQUEST, "subscriptions/listen needs your bearer "
+                                   "token (Authorization: Bearer <token>; register gives it)")
+                listener = _LISTENER.set(caller.agent)
+            return await call_next(ctx)
+        finally:
+            if listener is not None:
+                _LISTENER.reset(listener)
+            CALLER.reset(token)
+    return middleware
+
+
+def _instructions(box: ToolBox) -> str:
+    who = f"You are {box.bound}. " if box.bound else ""
+    return (f"gitdrop room {box.room_name!r}: a git-backed coordination room for agents. "
+            f"{who}Start with register, then check_inbox; check_inbox again whenever "
+            "notified (gitdrop://inbox/<team>/<name> is updated when something lands). "
+            "Every action is a commit checked by the room's rules; a refusal names the "
+            "rule and the next call to make.")
+
+
+def build(hub_path: str, room: str, agent: str | None = None, transport: str = "stdio",
+          tools: str = "agent") -> tuple[GitdropServer, ToolBox, Push]:
+    """The server for one room of a hub, with the tools of one profile."""
+    box = ToolBox(hub_path, room, agent, transport)
+    bus = AgentBus(per_agent=box.transport == "http")
+    push = Push(box, bus)
+    server = GitdropServer("gitdrop", instructions=_instructions(box),
+                           version=_version(), subscriptions=bus, log_level="WARNING",
+                           middleware=[_identify(box, push)])
+    for name in mcp_tools.tools_for(tools):
+        fn = getattr(box, name)
+        server.add_tool(_tool(box, name, fn), name=name, description=_describe(fn),
+                        annotations=ToolAnnotations(read_only_hint=True)
+                        if name in mcp_tools.READ_ONLY else None)
+
+    @server.resource("gitdrop://inbox/{team}/{name}", name="inbox", mime_type="application/json",
+                     description="Your unread messages and notices (reading it marks nothing "
+                     "read). Updated when something lands for you.")
+    @_resource
+    def inbox(team: str, name: str) -> str:
+        return box.inbox_resource(team, name)
+
+    @server.resource("gitdrop://tasks", name="board", mime_type="application/json",
+                     description="The room's open tasks by priority.")
+    @_resource
+    def board() -> str:
+        return box.board_resource()
+
+    @server.resource("gitdrop://tasks/{task_id}", name="task", mime_type="application/json",
+                     description="One task with its description.")
+    @_resource
+    def task(task_id: str) -> str:
+        return box.task_resource(task_id)
+
+    @server.resource("gitdrop://room", name="room", mime_type="application/json",
+                     description="The room: teams, leads, agents and their health.")
+    @_resource
+    def room_() -> str:
+        return box.room_resource()
+
+    # Legacy (2025-11-25) clients subscribe per resource; modern ones listen.
+    low = server._lowlevel_server  # the SDK offers no public seam for these two
+    low.add_request_handler("resources/subscribe", SubscribeRequestParams, push.on_subscribe)
+    low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams,
+                            push.on_unsubscribe)
+    init_options = low.create_initialization_options
+    low.create_initialization_options = lambda options=None, *a, **kw: init_options(
+        options or NotificationOptions(tools_changed=True), *a, **kw)
+    return server, box, push
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
+          host: str = "127.0.0.1", port: int = 9400, tools: str = "agent") -> None:
+    """Serve one room of a hub over stdio (one agent) or streamable HTTP (/mcp)."""
+    server, box, push = build(hub_path, room, agent, transport, tools)
+
+    async def main():
+        push.start()
+        try:
+            if box.transport == "stdio":
+                await server.run_stdio_async()
+            else:
+                sys.stderr.write(f"gitdrop: serving room {room} of {box.hub.path} at "
+                                 f"http://{host}:{port}/mcp (tools: {tools})\n")
+                await server.run_streamable_http_async(host=host, port=port)
+        finally:
+            push.stop()
+    anyio.run(main, backend="asyncio")
+
+
+def main(argv=None) -> int:
+    """`python -m gitdrop.mcp_server HUB ROOM [--as NAME] [--transport stdio|http] ...`"""
+    p = argparse.ArgumentParser(prog="python -m gitdrop.mcp_server")
+    p.add_argument("hub", nargs="?", default=os.environ.get("GITDROP_HUB", ""))
+    p.add_argument("room", nargs="?", default=os.environ.get("GITDROP_ROOM", "lobby"))
+    p.add_argument("--as", dest="agent", default=os.environ.get("GITDROP_AGENT") or None)
+    p.add_argument("--transport", default="stdio", choices=["stdio", "http", "streamable-http"])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9400)
+    p.add_argument("--tools", default="agent", choices=list(mcp_tools.PROFILES))
+    a = p.parse_args(argv)
+    from .core import default_hub
+    try:
+        serve(a.hub or default_hub(), a.room, a.agent, a.transport, a.host, a.port, a.tools)
+    except GitdropError as e:
+        sys.stderr.write(e.render() + "\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,675 @@
+"""The MCP tools' bodies: each maps its parameters to one core call (gitdrop/core.py,
+gitdrop/hub.py) and its result back as a typed dict. No mcp import here: the
+server (mcp_server.py) registers these methods and carries them over the wire.
+
+Who is calling comes from the session, not from the parameters: `CALLER` is set
+per request by the server (the agent bound with `--as` over stdio, the agent of
+the bearer token over HTTP). `agent_name`/`from_agent`/`creator` may be omitted
+and, when given, must name that agent.
+"""
+
+import contextvars
+import json
+from dataclasses import dataclass
+
+from typing_extensions import TypedDict
+
+from . import machine, model, tokens
+from .errors import GitdropError, NotFound, Refusal, UsageError
+from .hub import Hub
+
+
+@dataclass(frozen=True)
+class Caller:
+    agent: str = ""     # the authenticated agent (team/name), or ""
+    error: str = ""     # why there is none when one was presented or needed
+    presented: bool = False  # a bearer token came with the call
+
+
+CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gitdrop_caller", default=Caller())
+
+MAX_INBOX = 100  # check_inbox never returns more than this at once
+
+# The next call to make, per refused rule, in the tools' own words (the core's
+# fix names CLI commands).
+NEXT = {
+    "unread-before-send": "call check_inbox, then send again",
+    "unknown-recipient": "call who for the names here (team/name, @team, or all)",
+    "not-found": "check the name or id (who, list_tasks, list_contracts, list_rooms)",
+    "ambiguous": "repeat the call with the full name (team/agent)",
+    "registered-author": "call register first",
+    "room-membership": "ask a lead of the room to call join_room for your team",
+    "lead-only": "ask a lead (who shows them) to do it",
+    "handshake-go": "call handshake_status to see who has not acked yet",
+    "handshake-ack-once": "call handshake_status",
+    "contract-owner": "ask the owner (list_contracts) or a lead to change it",
+    "token": "call register without a token to get one (new agents), then send it on every "
+             "call as the HTTP header Authorization: Bearer <token>",
+    "identity": "omit agent_name/from_agent (the session says who you are), or connect as "
+                "that agent",
+}
+
+
+def render_error(e: GitdropError) -> str:
+    """A refusal as text an agent can act on: the rule, why, the next call."""
+    text = f"REFUSED by rule {e.rule}: {e.reason}"
+    if e.commit:
+        text += f" [commit {e.commit}]"
+    nxt = e.fix if e.rule == "task-state-machine" and e.fix else NEXT.get(e.rule, e.fix)
+    if nxt:
+        text += f"\nNext: {nxt}"
+    return text
+
+
+# --- typed results ------------------------------------------------------------
+class Registered(TypedDict):
+    agent: str
+    updated: bool
+    token: str
+    next: str
+
+
+class AgentInfo(TypedDict):
+    agent: str
+    roles: list[str]
+    status: str
+    lead: bool
+    health: str
+    last_seen: int
+
+
+class Agents(TypedDict):
+    agents: list[AgentInfo]
+
+
+class Done(TypedDict):
+    agent: str
+    commit: str
+
+
+Message = TypedDict("Message", {
+    "id": str, "op": str, "from": str, "to": list[str], "cc": list[str], "time": int,
+    "text": str, "task": str, "handshake": str, "via": str})
+
+
+class Sent(TypedDict):
+    to: list[str]
+    cc: list[str]
+    commit: str
+
+
+class Inbox(TypedDict):
+    messages: list[Message]
+    remaining: int
+
+
+class History(TypedDict):
+    messages: list[Message]
+
+
+class Task(TypedDict):
+    id: str
+    title: str
+    state: str
+    creator: str
+    assignee: str
+    reviewer: str
+    priority: int
+    tags: list[str]
+    project: str
+    handshake: int
+    retries: int
+    note: str
+    question: str
+    answer: str
+    description: str
+
+
+class Tasks(TypedDict):
+    tasks: list[Task]
+
+
+class TaskMove(TypedDict):
+    id: str
+    state: str
+    assignee: str
+    commit: str
+
+
+class Handshake(TypedDict):
+    id: int
+    status: str
+    initiator: str
+    targets: list[str]
+    acked: list[str]
+    pending: list[str]
+    plan: str
+
+
+class HandshakeAck(TypedDict):
+    id: int
+    status: str
+    acks: list[str]
+    commit: str
+
+
+class Contract(TypedDict):
+    name: str
+    owner: str
+    type: str
+    version: int
+    project: str
+    spec: str
+
+
+class Contracts(TypedDict):
+    contracts: list[Contract]
+
+
+class Declared(TypedDict):
+    name: str
+    version: int
+    owner: str
+    commit: str
+
+
+class ContextSet(TypedDict):
+    key: str
+    commit: str
+
+
+class SharedContext(TypedDict):
+    context: dict[str, str]
+
+
+class Team(TypedDict):
+    name: str
+    lead: str
+    members: list[str]
+
+
+class Teams(TypedDict):
+    teams: list[Team]
+
+
+class RoomInfo(TypedDict):
+    room: str
+    status: str
+    teams: list[str]
+    pinned: bool
+    health: str
+    last_activity: int
+
+
+class Rooms(TypedDict):
+    rooms: list[RoomInfo]
+
+
+class RoomChange(TypedDict):
+    room: str
+    done: bool
+
+
+class RoomStatus(TypedDict):
+    room: str
+    teams: list[str]
+    leads: dict[str, str]
+    pinned: bool
+    agents: list[str]
+    open_tasks: int
+    tasks: int
+    last_activity: int
+    last: str
+
+
+# --- converters -----------------------------------------------------------------
+def _split(s: str) -> list[str]:
+    return [x.strip() for x in (s or "").split(",") if x.strip()]
+
+
+def _message(ev: dict) -> Message:
+    text = ev["text"] if ev["op"] == "send" else (
+        ev["subject"] + (f"\n\n{ev['text']}" if ev.get("text") else ""))
+    return {"id": ev["id"], "op": ev["op"], "from": ev["from"], "to": ev["to"], "cc": ev["cc"],
+            "time": ev["time"], "text": text, "task": str(ev.get("task") or ""),
+            "handshake": str(ev.get("handshake") or ""), "via": ev.get("via", "")}
+
+
+def _task(t: dict) -> Task:
+    out = {k: t[k] for k in Task.__annotations__ if k in t}
+    out["id"] = str(t["id"])
+    out["description"] = t.get("body", "")
+    return out
+
+
+def _move(r: dict) -> TaskMove:
+    return {"id": str(r["id"]), "state": r["state"], "assignee": r["assignee"],
+            "commit": r.get("commit", "")}
+
+
+def _contract(c: dict) -> Contract:
+    return {"name": c["name"], "owner": c["owner"], "type": c["kind"], "version": c["version"],
+            "project": c["project"], "spec": c.get("spec", "")}
+
+
+def _int_id(value, what: str) -> str:
+    s = str(value).strip().lstrip("#")
+    if not s:
+        raise UsageError(f"no {what} given", f"pass {what}")
+    return s
+
+
+ONBOARDING = ("Registered. Protocol: call check_inbox now and whenever you are notified; "
+              "read before you send (send is refused while you have unread messages). "
+              "Ack handshakes addressed to you before starting bound work. Work a task: "
+              "update_task(status='in_progress'), then submit_for_review; ask with "
+              "request_feedback when blocked.")
+
+
+class ToolBox:
+    """One server's view of a hub: its room, the transport, the bound agent."""
+
+    def __init__(self, hub_path: str, room: str, agent: str | None = None,
+                 transport: str = "stdio"):
+        self.hub = Hub(hub_path)
+        self.room_name = room
+        self.room = self.hub.room(room)
+        self.transport = "http" if transport in ("http", "streamable-http") else "stdio"
+        self.verifier = tokens.Verifier(self.hub.path)
+        # --as (stdio): the process speaks for that agent only; over HTTP tokens decide
+        self.fixed = bool(agent) and self.transport == "stdio"
+        self.bound = self._full(agent) if self.fixed else ""
+
+    def _full(self, name: str) -> str:
+        """A full id for --as NAME: as given, or a registered short name resolved."""
+        if "/" in name:
+            return name
+        try:
+            return self.room.resolve(name)
+        except NotFound:
+            return name  # completed by register(team=...)
+
+    # --- who is calling -------------------------------------------------------
+    def identify(self, headers) -> Caller:
+        """The caller of one request: the bound agent (stdio) or the token's (HTTP)."""
+        if self.transport == "stdio":
+            return Caller(self.bound)
+        auth = (headers or {}).get("authorization", "") if headers is not None else ""
+        if not auth:
+            return Caller()
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return Caller("", "the Authorization header is not 'Bearer <token>'", True)
+        agent = self.verifier.agent(token.strip())
+        if not agent:
+            return Caller("", "the bearer token is not valid for this hub", True)
+        return Caller(agent, "", True)
+
+    def authorize(self, tool: str) -> None:
+        """Over HTTP every call but a first register carries a valid token."""
+        if self.transport == "http" and tool != "register":
+            self.me("", registered=False)
+
+    def caller(self) -> Caller:
+        c = CALLER.get()
+        if self.transport == "stdio" and not c.agent and self.bound:
+            return Caller(self.bound)
+        return c
+
+    def me(self, given: str = "", registered: bool = True) -> str:
+        """The acting agent: the session's; `given` must name it when present."""
+        c = self.caller()
+        if c.error or (self.transport == "http" and not c.agent):
+            raise Refusal("token", c.error or "no bearer token came with this call",
+                          NEXT["token"])
+        if c.agent:
+            if "/" not in c.agent:
+                raise Refusal("registered-author", f"{c.agent!r} is not registered in room "
+                              f"{self.room_name!r}", "call register with your team")
+            if given and given not in (c.agent, model.short(c.agent)):
+                raise Refusal("identity", f"this session acts for {c.agent}; it cannot act "
+                              f"for {given!r}", NEXT["identity"])
+            return c.agent
+        if not given:
+            raise UsageError("who is calling? this server is not bound to an agent",
+                             "pass agent_name/from_agent, or call register first")
+        if not registered and model.is_agent_id(given):
+            return given
+        return self.room.resolve(given)
+
+    # --- messaging ------------------------------------------------------------------
+    def register(self, agent_name: str = "", role: str = "", description: str = "",
+                 team: str = "", token: str = "") -> Registered:
+        """Join the room (again: updates role/description). role: comma list; name may
+        be team/name. Over HTTP returns your token: send it on every call as header
+        Authorization: Bearer <token>."""
+        c = self.caller()
+        if c.error:
+            raise Refusal("token", c.error, NEXT["token"])
+        name = agent_name.strip() or (model.short(c.agent) if c.agent else "")
+        if not name:
+            raise UsageError("no agent_name given", "pass agent_name (and team)")
+        if "/" in name:
+            agent_id = name
+            if team and model.split_agent(name)[0] != team:
+                raise UsageError(f"{name} is not in team {team!r}", "give one team")
+        elif team:
+            agent_id = f"{team}/{name}"
+        elif c.agent and "/" in c.agent and model.short(c.agent) == name:
+            agent_id = c.agent
+        else:
+            agent_id = f"{model.DEFAULT_TEAM}/{name}"
+        if c.agent and agent_id != c.agent and not (
+                "/" not in c.agent and model.short(agent_id) == c.agent):
+            raise Refusal("identity", f"this session acts for {c.agent}; it cannot register "
+                          f"{agent_id}", NEXT["identity"])
+        mint = False
+        if self.transport == "http" and not c.agent:
+            if token:
+                if self.verifier.agent(token) != agent_id:
+                    raise Refusal("token", f"the token is not {agent_id}'s", NEXT["token"])
+            elif self.verifier.has(agent_id):
+                raise Refusal("token", f"{agent_id} already has a token", "send it as the "
+                              "header Authorization: Bearer <token> (or as token=...)")
+            elif self.room.view().agent(agent_id) is not None:
+                raise Refusal("token", f"{agent_id} is registered but has no token",
+                              f"ask the hub's owner to mint one (gitdrop token {agent_id})")
+            else:
+                mint = True
+        r = self.room.register(agent_id, _split(role), description)
+        new_token = tokens.mint(self.hub.path, agent_id) if mint else ""
+        if self.transport == "stdio" and (not self.fixed or "/" not in self.bound):
+            self.bound = agent_id  # this session now speaks for the registered agent
+        return {"agent": agent_id, "updated": bool(r.get("updated")),
+                "token": new_token, "next": ONBOARDING}
+
+    def deregister(self, agent_name: str = "") -> Done:
+        """Leave the room (messages stay)."""
+        me = self.me(agent_name)
+        r = self.room.deregister(me)
+        return {"agent": r["agent"], "commit": r.get("commit", "")}
+
+    def who(self) -> Agents:
+        """Agents here: roles, status, health (healthy <120 s since seen, stale <600 s,
+        else dead)."""
+        return {"agents": [{k: a[k] for k in AgentInfo.__annotations__}
+                           for a in self.room.who()]}
+
+    def set_status(self, status: str, agent_name: str = "") -> Done:
+        """Set your status line (shown by who)."""
+        r = self.room.set_status(self.me(agent_name), status)
+        return {"agent": r["agent"], "commit": r.get("commit", "")}
+
+    def ping(self, agent_name: str = "") -> Done:
+        """Heartbeat for who's health."""
+        r = self.room.ping(self.me(agent_name))
+        return {"agent": r["agent"], "commit": r.get("commit", "")}
+
+    def send(self, to_agent: str, message: str, from_agent: str = "", cc: str = "",
+             task_id: str | int = "", reply_to: str | int = "") -> Sent:
+        """Message agents. to_agent, cc: comma lists of team/name (short if unique),
+        @team or all. Refused while you have unread mail."""
+        r = self.room.send(self.me(from_agent), _split(to_agent), message, _split(cc),
+                           task=str(task_id or ""), reply_to=str(reply_to or ""))
+        return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
+
+    def broadcast(self, message: str, from_agent: str = "") -> Sent:
+        """Message everyone in the room."""
+        r = self.room.send(self.me(from_agent), [model.ALL], message)
+        return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
+
+    def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
+        """Read your unread messages and notices, oldest first, up to limit (max 100);
+        remaining: how many are left."""
+        limit = max(1, min(int(limit or 20), MAX_INBOX))
+        r = self.room.inbox(self.me(agent_name), limit)
+        return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
+
+    def get_history(self, count: int = 10, task_id: str | int = "") -> History:
+        """The room's last count messages (max 100), optionally of one task; marks
+        nothing read."""
+        n = max(1, min(int(count or 10), MAX_INBOX))
+        return {"messages": [_message(e) for e in self.room.history(n, str(task_id or ""))]}
+
+    # --- tasks ----------------------------------------------------------------------
+    def create_task(self, title: str, creator: str = "", description: str = "",
+                    assigned_to: str = "", project: str = "", priority: int = 0,
+                    tags: str = "", reviewer: str = "", handshake_id: int = 0) -> TaskMove:
+        """New task: pending, or assigned to assigned_to. tags: comma list;
+        handshake_id: cannot start before that handshake is GO."""
+        r = self.room.create_task(self.me(creator), title, description, assigned_to,
+                                  priority=priority, tags=_split(tags),
+                                  handshake=handshake_id, project=project, reviewer=reviewer)
+        return {"id": str(r["id"]), "state": r["state"], "assignee": r["assignee"],
+                "commit": r.get("commit", "")}
+
+    def _move(self, agent_name, task_id, move, **kw) -> TaskMove:
+        return _move(self.room.move_task(self.me(agent_name), _int_id(task_id, "task_id"),
+                                         move, **kw))
+
+    def update_task(self, task_id: str | int, status: str = "", agent_name: str = "",
+                    assigned_to: str = "", result: str = "") -> TaskMove:
+        """Move a task to status: assigned, in_progress, review, completed, failed,
+        blocked, cancelled; result: note or reason."""
+        me = self.me(agent_name)
+        tid = _int_id(task_id, "task_id")
+        if not status:
+            if not assigned_to:
+                raise UsageError("nothing to change", "pass status and/or assigned_to")
+            move = "assign"
+        else:
+            task = self.room.task(tid)
+            moves = [m for m in machine.moves_between(task["state"], status)
+                     if machine.target(m, task) == status and
+                     machine.MOVES[m][1] != "same" and m != "sign"]
+            if status == task["state"] and not assigned_to or not moves:
+                legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in machine.MOVES.items()
+                         if task["state"] in frm]
+                raise Refusal("task-state-machine", f"task {tid} is {task['state']}; no move "
+                              f"takes it to {status!r}",
+                              "from " + task["state"] + ": " + ", ".join(legal))
+            move = moves[0]
+        return _move(self.room.move_task(me, tid, move, note=result, assignee=assigned_to,
+                                         question=result if move == "ask" else "",
+                                         answer=result if move == "answer" else ""))
+
+    def claim_task(self, task_id: str | int, agent_name: str = "") -> TaskMove:
+        """Take a pending task (if someone was first you are told who)."""
+        return self._move(agent_name, task_id, "claim")
+
+    def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "") -> Tasks:
+        """Tasks by priority with descriptions. status: comma list (done ones hidden
+        unless asked); assigned_to: name or none."""
+        tasks = self.room.list_tasks(status, assigned_to, project=project)
+        return {"tasks": [_task(self.room.task(t["id"])) for t in tasks]}
+
+    def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
+                          files_changed: str = "", test_results: str = "") -> TaskMove:
+        """Hand your in_progress task to review."""
+        note = summary.strip()
+        if files_changed:
+            note += f"\n\nFiles changed: {files_changed}"
+        if test_results:
+            note += f"\n\nTest results: {test_results}"
+        return self._move(agent_name, task_id, "submit", note=note)
+
+    def approve_task(self, task_id: str | int, agent_name: str = "", notes: str = "") -> TaskMove:
+        """Reviewer: approve a task in review (completed)."""
+        return self._move(agent_name, task_id, "approve", note=notes)
+
+    def reject_task(self, task_id: str | int, reason: str, agent_name: str = "") -> TaskMove:
+        """Reviewer: send a task in review back for rework."""
+        return self._move(agent_name, task_id, "reject", note=reason)
+
+    def request_feedback(self, task_id: str | int, question: str,
+                         agent_name: str = "") -> TaskMove:
+        """Ask your task's creator a question (task waits in feedback)."""
+        return self._move(agent_name, task_id, "ask", question=question, note=question)
+
+    def respond_feedback(self, task_id: str | int, answer: str,
+                         agent_name: str = "") -> TaskMove:
+        """Answer a task's question (back to in_progress)."""
+        return self._move(agent_name, task_id, "answer", answer=answer, note=answer)
+
+    # --- handshakes -------------------------------------------------------------------
+    def initiate_handshake(self, message: str, agents: str = "",
+                           from_agent: str = "") -> Handshake:
+        """Lead: propose a plan that targets must ack before bound work starts. agents:
+        comma list (default: everyone else)."""
+        r = self.room.start_handshake(self.me(from_agent), message, _split(agents))
+        return self._handshake(r["id"])
+
+    def ack_handshake(self, handshake_id: int, agent_name: str = "") -> HandshakeAck:
+        """Ack a handshake's plan (targets, once); GO when all have."""
+        r = self.room.ack_handshake(self.me(agent_name), handshake_id)
+        return {"id": r["id"], "status": r["status"], "acks": r["acks"],
+                "commit": r.get("commit", "")}
+
+    def _handshake(self, hid) -> Handshake:
+        h = self.room.handshake(hid)
+        return {k: h[k] for k in Handshake.__annotations__}
+
+    def handshake_status(self, handshake_id: int) -> Handshake:
+        """A handshake's plan, acks, pending targets, status."""
+        return self._handshake(handshake_id)
+
+    # --- contracts and shared context ---------------------------------------------------
+    def declare_contract(self, name: str, type: str, spec: str, agent_name: str = "",
+                         project: str = "") -> Declared:
+        """Declare or change (owner or lead) a shared interface; type: function, dom_id,
+        css_class, file_path, api_endpoint, event, schema, other."""
+        r = self.room.declare_contract(self.me(agent_name), name, spec, type, project)
+        return {"name": r["name"], "version": r["version"], "owner": r["owner"],
+                "commit": r.get("commit", "")}
+
+    def list_contracts(self, project: str = "", owner: str = "", type: str = "") -> Contracts:
+        """Contracts with specs."""
+        return {"contracts": [_contract(c) for c in self.room.contracts(project, owner, type)]}
+
+    def share_context(self, key: str, value: str, agent_name: str = "") -> ContextSet:
+        """Set a room-wide note (empty value clears)."""
+        r = self.room.set_context(self.me(agent_name), key, value if value else None)
+        return {"key": r["key"], "commit": r.get("commit", "")}
+
+    def get_shared_context(self, key: str = "") -> SharedContext:
+        """Shared notes: one key or all."""
+        return {"context": self.room.context(key)}
+
+    # --- rooms and teams ------------------------------------------------------------------
+    def register_team(self, team_name: str, leader: str, members: str = "") -> Team:
+        """Create or change (its lead) a team; members: comma list."""
+        t = self.hub.register_team(team_name, leader, _split(members),
+                                   by=self.me("", registered=False))
+        return {"name": t["name"], "lead": t["lead"], "members": t["members"]}
+
+    def list_teams(self) -> Teams:
+        """The hub's teams."""
+        return {"teams": [{"name": t["name"], "lead": t["lead"], "members": t["members"]}
+                          for t in self.hub.teams()]}
+
+    def create_room(self, name: str, teams: str = "", creator: str = "",
+                    project: str = "") -> RoomChange:
+        """New room for teams (comma list; none: open). project is unused."""
+        r = self.hub.create_room(self.me(creator, registered=False), name, _split(teams))
+        return {"room": r["room"], "done": True}
+
+    def list_rooms(self, status: str = "active") -> Rooms:
+        """Rooms: active, archived or all."""
+        return {"rooms": [{k: r[k] for k in RoomInfo.__annotations__}
+                          for r in self.hub.rooms(status or "active")]}
+
+    def join_room(self, team_name: str, room_name: str = "") -> RoomChange:
+        """Add a team to a room (default: this one)."""
+        r = self.hub.join_room(team_name, room_name or self.room_name,
+                               by=self.me("", registered=False))
+        return {"room": r["room"], "done": r["joined"]}
+
+    def leave_room(self, team_name: str, room_name: str = "") -> RoomChange:
+        """Take a team out of a room (default: this one)."""
+        r = self.hub.leave_room(team_name, room_name or self.room_name,
+                                by=self.me("", registered=False))
+        return {"room": r["room"], "done": r["left"]}
+
+    def archive_room(self, room_name: str) -> RoomChange:
+        """Room lead: archive a room (history kept)."""
+        r = self.hub.archive_room(room_name, by=self.me("", registered=False))
+        return {"room": r["room"], "done": r["archived"]}
+
+    def destroy_room(self, room_name: str) -> RoomChange:
+        """Room lead: delete a room for good."""
+        r = self.hub.destroy_room(room_name, by=self.me("", registered=False))
+        return {"room": r["room"], "done": r["destroyed"]}
+
+    def room_status(self, room_name: str = "") -> RoomStatus:
+        """A room's teams, leads, agents, task counts (default: this one)."""
+        r = self.hub.room_status(room_name or self.room_name)
+        return {k: r[k] for k in RoomStatus.__annotations__}
+
+    def get_my_rooms(self, team_name: str = "") -> Rooms:
+        """Rooms of a team (default: yours)."""
+        team = team_name or model.split_agent(self.me("", registered=False))[0]
+        return {"rooms": [{k: r[k] for k in RoomInfo.__annotations__}
+                          for r in self.hub.rooms_of_team(team)]}
+
+    def pin_room(self, room_name: str = "", pinned: bool = True) -> RoomChange:
+        """Pin (or unpin) a room: never archived or expired."""
+        r = self.hub.pin_room(room_name or self.room_name, by=self.me("", registered=False),
+                              pinned=pinned)
+        return {"room": r["room"], "done": r["pinned"] == pinned}
+
+    # --- resources (JSON text) ----------------------------------------------------------
+    def inbox_resource(self, team: str, name: str) -> str:
+        agent = f"{team}/{name}"
+        me = self.me(agent)
+        r = self.room.inbox(me, MAX_INBOX, peek=True)
+        return _json({"agent": me, "messages": [_message(e) for e in r["messages"]],
+                      "remaining": r["remaining"], "unread": r["unread"]})
+
+    def board_resource(self) -> str:
+        self.authorize("")
+        return _json({"tasks": [_task(dict(t, body="")) for t in self.room.list_tasks()]})
+
+    def task_resource(self, task_id: str) -> str:
+        self.authorize("")
+        return _json(_task(self.room.task(task_id)))
+
+    def room_resource(self) -> str:
+        self.authorize("")
+        return _json({"status": self.hub.room_status(self.room_name), "agents": self.room.who()})
+
+
+def _json(data) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=1)
+
+
+def inbox_uri(agent_id: str) -> str:
+    return f"gitdrop://inbox/{agent_id}"
+
+
+# Tool name → the profiles that load it. agent: what every agent needs; lead: plus
+# task, handshake and room management; all: everything.
+PROFILES = ("agent", "lead", "all")
+TOOLS = {
+    "register": "agent", "who": "agent", "set_status": "agent", "ping": "agent",
+    "send": "agent", "check_inbox": "agent", "get_history": "lead",
+    "list_tasks": "agent", "claim_task": "agent", "update_task": "agent",
+    "submit_for_review": "agent", "request_feedback": "agent",
+    "ack_handshake": "agent", "handshake_status": "agent",
+    "declare_contract": "agent", "list_contracts": "agent",
+    "share_context": "agent", "get_shared_context": "agent",
+    "broadcast": "lead", "deregister": "lead", "create_task": "lead", "approve_task": "lead",
+    "reject_task": "lead", "respond_feedback": "lead", "initiate_handshake": "lead",
+    "register_team": "lead", "list_teams": "lead", "create_room": "lead",
+    "list_rooms": "lead", "join_room": "lead", "leave_room": "lead", "room_status": "lead",
+    "get_my_rooms": "lead", "pin_room": "lead", "archive_room": "lead",
+    "destroy_room": "all",
+}
+READ_ONLY = {"who", "get_history", "list_tasks", "handshake_status", "list_contracts",
+             "get_shared_context", "list_teams", "list_rooms", "room_status", "get_my_rooms"}
+
+
+def tools_for(profile: str) -> list[str]:
+    if profile not in PROFILES:
+        raise UsageError(f"unknown tool profile {profile!r}", "use agent, lead or all")
+    rank = PROFILES.index(profile)
+    return [name for name, p in TOOLS.items() if PROFILES.index(p) <= rank]

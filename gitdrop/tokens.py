@@ -1,0 +1,121 @@
+"""Per-agent bearer tokens for the MCP server over HTTP.
+
+A token binds an HTTP caller to one agent (team/name) of a hub. Only its
+sha256 is kept, in <hub>/gitdrop/tokens.json (mode 0600): inside the hub's git
+directory but outside refs and objects, so no token is ever in history, in a
+clone or in a push. Light to import: no pygit2, no mcp.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import time
+
+PREFIX = "gd_"
+
+
+def _dir(hub_path: str) -> str:
+    return os.path.join(os.path.abspath(os.path.expanduser(hub_path)), "gitdrop")
+
+
+def path(hub_path: str) -> str:
+    return os.path.join(_dir(hub_path), "tokens.json")
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _load(p: str) -> dict:
+    try:
+        with open(p) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return data.get("agents", {}) if isinstance(data, dict) else {}
+
+
+class _Locked:
+    """An exclusive lock on the token file's directory, for read-modify-write."""
+
+    def __init__(self, hub_path: str):
+        os.makedirs(_dir(hub_path), mode=0o700, exist_ok=True)
+        self.fd = os.open(os.path.join(_dir(hub_path), "tokens.lock"),
+                          os.O_CREAT | os.O_RDWR, 0o600)
+
+    def __enter__(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _save(hub_path: str, agents: dict) -> None:
+    p = path(hub_path)
+    tmp = p + ".tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"version": 1, "agents": agents}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, p)
+
+
+def mint(hub_path: str, agent_id: str) -> str:
+    """A new token for `agent_id`; it replaces any earlier one (rotation)."""
+    token = PREFIX + secrets.token_urlsafe(32)
+    with _Locked(hub_path):
+        agents = _load(path(hub_path))
+        agents[agent_id] = {"sha256": digest(token), "created": int(time.time())}
+        _save(hub_path, agents)
+    return token
+
+
+def revoke(hub_path: str, agent_id: str) -> bool:
+    with _Locked(hub_path):
+        agents = _load(path(hub_path))
+        if agents.pop(agent_id, None) is None:
+            return False
+        _save(hub_path, agents)
+    return True
+
+
+def has(hub_path: str, agent_id: str) -> bool:
+    return agent_id in _load(path(hub_path))
+
+
+class Verifier:
+    """Token → agent, re-reading the file only when it changed (a stat per call)."""
+
+    def __init__(self, hub_path: str):
+        self.path = path(hub_path)
+        self._stamp = None
+        self._by_hash: dict[str, str] = {}
+        self._agents: dict[str, dict] = {}
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._stamp:
+            self._agents = _load(self.path) if stamp else {}
+            self._by_hash = {v.get("sha256", ""): k for k, v in self._agents.items()}
+            self._stamp = stamp
+
+    def agent(self, token: str) -> str:
+        """The agent a token belongs to, or "" if it is no valid token."""
+        if not token:
+            return ""
+        self._refresh()
+        return self._by_hash.get(digest(token), "")
+
+    def has(self, agent_id: str) -> bool:
+        self._refresh()
+        return agent_id in self._agents
