@@ -70,8 +70,25 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
     return [doc[who]] if doc.get(who) else []
 
 
+_MEMO: dict[str, dict] = {}
+
+
 def event(reader, c: CommitData) -> dict:
-    """A commit as a plain dict, for the log and the notifier."""
+    """A commit as a plain dict, for the log and the notifier (a fresh copy:
+    callers add keys). A commit's meaning depends only on its content, so it is
+    worked out once per process: a waiter re-reads the same unread commits on
+    every wake-up."""
+    ev = _MEMO.get(c.oid) if c.oid else None
+    if ev is None:
+        ev = _event(reader, c)
+        if c.oid:
+            if len(_MEMO) > 50000:
+                _MEMO.clear()
+            _MEMO[c.oid] = ev
+    return dict(ev)
+
+
+def _event(reader, c: CommitData) -> dict:
     op, path = op_of(reader, c)
     to, cc = rules.recipients(c) if op == "send" else ([], [])
     ev = {"id": c.oid, "op": op, "from": c.author, "time": c.time, "subject": c.subject,
