@@ -1,0 +1,5 @@
+"""`python -m gitdrop` is the gitdrop command."""
+
+from .cli import main
+
+main()

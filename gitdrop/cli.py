@@ -1,0 +1,131 @@
+"""The shell face of gitdrop: `gitdrop <command>`.
+
+Each command maps its arguments to one core call (gitdrop/core.py, gitdrop/hub.py)
+and its result back to a line, a table or one JSON document. Commands live in
+cli_*.py modules, loaded only when named, so `gitdrop inbox` does not pay for
+the rest (start-up is most of a short command's cost).
+"""
+
+import importlib
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_base import COMMON, PlainGroup, Scope
+
+# command -> (module, group?, help panel); the order is the order of --help.
+COMMANDS = {
+    "init": ("cli_agents", False, "Start"),
+    "register": ("cli_agents", False, "Agents and messages"),
+    "deregister": ("cli_agents", False, "Agents and messages"),
+    "who": ("cli_agents", False, "Agents and messages"),
+    "status": ("cli_agents", False, "Agents and messages"),
+    "ping": ("cli_agents", False, "Agents and messages"),
+    "send": ("cli_agents", False, "Agents and messages"),
+    "inbox": ("cli_agents", False, "Agents and messages"),
+    "history": ("cli_agents", False, "Agents and messages"),
+    "log": ("cli_agents", False, "Agents and messages"),
+    "task": ("cli_task", True, "Work"),
+    "handshake": ("cli_plan", True, "Work"),
+    "contract": ("cli_plan", True, "Work"),
+    "context": ("cli_plan", True, "Work"),
+    "team": ("cli_hub", True, "Hub"),
+    "room": ("cli_hub", True, "Hub"),
+    "reap": ("cli_hub", False, "Hub"),
+    "verify": ("cli_hub", False, "Hub"),
+    "watch": ("cli_tools", False, "Live"),
+    "wait": ("cli_tools", False, "Live"),
+    "serve": ("cli_tools", False, "Live"),
+    "token": ("cli_tools", False, "Live"),
+    "demo": ("cli_tools", False, "Start"),
+}
+
+
+class LazyGroup(PlainGroup):
+    """Builds a command only when it is named (or listed, for help and completion)."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name in self.commands:
+            return self.commands[name]
+        if name not in COMMANDS:
+            return None
+        module, group, panel = COMMANDS[name]
+        mod = importlib.import_module(f"gitdrop.{module}")
+        if group:
+            built = typer.main.get_command(getattr(mod, f"{name}_app"))
+        else:
+            if module not in _built:
+                _built[module] = typer.main.get_command(mod.app)
+            built = _built[module]
+            built = built.commands[name] if hasattr(built, "commands") else built
+        built.name = name
+        built.rich_help_panel = panel
+        self.commands[name] = built
+        return built
+
+
+_built: dict = {}
+
+
+app = typer.Typer(
+    cls=LazyGroup, no_args_is_help=True,
+    help="gitdrop: git-native coordination for teams of AI agents. A bare git repository "
+         "(the hub) is the server; every act is a commit on a room's branch.\n\n"
+         "Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 refused by a rule, 4 not found, "
+         "5 ambiguous name, 6 conflict (the room kept moving), 124 wait timed out.",
+    epilog="Docs: README.md and docs/ (CLI.md, PROTOCOL.md).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        print(f"gitdrop {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def top(ctx: typer.Context,
+        hub: COMMON["hub"] = None, room: COMMON["room"] = None, as_: COMMON["as_"] = None,
+        json_: COMMON["json_"] = False,
+        version: Annotated[Optional[bool], typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True,
+            callback=_version)] = None):
+    ctx.obj = Scope(hub, room, as_, json_)
+
+
+def _usage_json(argv, err) -> None:
+    """A usage error under --json still prints one JSON document."""
+    import json
+    msg = err.format_message() if hasattr(err, "format_message") else str(err)
+    print(json.dumps({"ok": False, "error": "usage", "rule": "usage", "reason": msg,
+                      "fix": "see gitdrop --help", "commit": "", "exit_code": 2}))
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(argv, prog_name="gitdrop", standalone_mode=False)
+    except typer.Abort:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:  # `gitdrop log | head`: the reader left; so do we
+        sys.stdout = open(os.devnull, "w")
+        sys.exit(1)
+    except Exception as e:  # click's usage errors: they know how to show themselves
+        if not (hasattr(e, "show") and hasattr(e, "exit_code")):
+            raise
+        if "--json" in argv:
+            _usage_json(argv, e)
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Commands for agents and their messages: init, register, who, send, inbox, log..."""
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_base import Scope, ago, command, paint, short_id, split_list, table
+from .errors import UsageError
+
+app = typer.Typer(add_completion=False)
+
+
+@command(app, "init")
+def init(s: Scope, path: Annotated[Optional[str], typer.Argument(
+        help="Where to create the hub (a bare git repository). Default: --hub, "
+             "GITDROP_HUB or ~/.gitdrop/hub.git.", show_default=False)] = None):
+    """Create a hub (a bare git repository with gitdrop's hooks) with a first room, lobby.
+
+    On an existing hub it reinstalls the hooks and settings; nothing is lost."""
+    from .hub import init as init_hub
+    h = init_hub(path or s.hub_value)
+    rooms = h.store.rooms()
+    s.emit({"hub": h.path, "rooms": rooms},
+           f"hub ready at {h.path} (rooms: {', '.join(rooms) or 'none'})\n"
+           f"next: export GITDROP_HUB={h.path}; gitdrop register team/name")
+
+
+@command(app, "register")
+def register(s: Scope,
+             name: Annotated[str, typer.Argument(help="team/name, or a name with --team.")],
+             role: Annotated[Optional[list[str]], typer.Option(
+                 "--role", "-r", help="A role (repeat, or a comma list): lead, coder, ...")] = None,
+             team: Annotated[Optional[str], typer.Option("--team", "-t", help="The agent's team.")] = None,
+             description: Annotated[str, typer.Option("--description", "-d")] = ""):
+    """Join the room as an agent (or update your roles and description)."""
+    if "/" in name:
+        if team and name.split("/", 1)[0] != team:
+            raise UsageError(f"{name} is not in team {team}", "give team/name or --team, not both")
+        agent = name
+    else:
+        from .model import DEFAULT_TEAM
+        agent = f"{team or DEFAULT_TEAM}/{name}"
+    r = s.room.register(agent, split_list(role), description)
+    roles = split_list(role)
+    line = (f"{agent} updated in {s.room_name}" if r.get("updated") else
+            f"{agent} joined {s.room_name}" + (f" as {', '.join(roles)}" if roles else ""))
+    if s.agent_value != agent:
+        line += f"\nnext: export GITDROP_AGENT={agent}"
+    s.emit(dict(r, room=s.room_name, roles=roles), line)
+
+
+@command(app, "deregister")
+def deregister(s: Scope, name: Annotated[Optional[str], typer.Argument(
+        help="Who leaves (a lead may remove others). Default: you.", show_default=False)] = None):
+    """Leave the room (your messages stay in its history)."""
+    r = s.room.deregister(s.agent, name or "")
+    s.emit(r, f"{r['agent']} left {s.room_name}")
+
+
+@command(app, "who")
+def who(s: Scope):
+    """The agents in the room, with roles, status and health (from their last act)."""
+    agents = s.room.who()
+
+    def show():
+        if not agents:
+            print(f"nobody is registered in {s.room_name} yet (gitdrop register team/name)")
+            return
+        table(["agent", "roles", "status", "health", "last seen"],
+              [(a["agent"], ", ".join(a["roles"]), a["status"][:40],
+                paint(a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
+                ago(a["last_seen"])) for a in agents])
+    s.emit({"room": s.room_name, "agents": agents}, show)
+
+
+@command(app, "status")
+def status(s: Scope, text: Annotated[str, typer.Argument(help="What you are doing.")]):
+    """Set your status line (others see it in gitdrop who)."""
+    r = s.room.set_status(s.agent, text)
+    s.emit(r, f"{r['agent']} is {text}")
+
+
+@command(app, "ping")
+def ping(s: Scope):
+    """Say you are alive (a heartbeat for gitdrop who)."""
+    r = s.room.ping(s.agent)
+    s.emit(r, f"{r['agent']} pinged")
+
+
+@command(app, "send")
+def send(s: Scope,
+         to: Annotated[list[str], typer.Argument(
+             help="Recipients: team/name, a short name, @team or all.", show_default=False)],
+         message: Annotated[Optional[str], typer.Option(
+             "--message", "-m", help="The text (default: read stdin).", show_default=False)] = None,
+         cc: Annotated[Optional[list[str]], typer.Option("--cc", help="Copy to (repeat).")] = None,
+         task: Annotated[str, typer.Option("--task", help="The task it is about.")] = "",
+         reply_to: Annotated[str, typer.Option("--reply-to", help="Commit it answers.")] = ""):
+    """Send a message (refused while you have unread messages: run gitdrop inbox)."""
+    agent = s.agent
+    if message is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise UsageError("no message text", "give it with -m TEXT or on stdin")
+        message = sys.stdin.read()
+    if not message.strip():
+        raise UsageError("the message is empty", "write some text (-m TEXT)")
+    r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to)
+    s.emit(r, f"sent to {', '.join(r['to'])}" + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "")
+           + f" [{short_id(r['commit'])}]")
+
+
+VIA = {"to": "you", "cc": "cc", "team": "your team", "all": "all", "lead": "lead copy",
+       "notice": ""}
+
+
+def _event_line(ev: dict) -> str:
+    when = ago(ev["time"])
+    who = ev["from"].rpartition("/")[2]
+    if ev["op"] == "send":
+        head = f"{paint(who, 'bold')} → {VIA.get(ev.get('via'), ev.get('via', ''))}"
+        text = ev["text"].rstrip("\n").replace("\n", "\n    ")
+        return f"{head}  {paint(when, 'dim')}\n    {text}"
+    return f"{paint('•', 'cyan')} {ev['subject']}  {paint(when, 'dim')}"
+
+
+@command(app, "inbox")
+def inbox(s: Scope,
+          peek: Annotated[bool, typer.Option("--peek", help="Show, but do not mark read.")] = False,
+          limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many (0: all).")] = 20):
+    """What is waiting for you (messages and notices), oldest first; marks it read."""
+    r = s.room.inbox(s.agent, limit=limit, peek=peek)
+
+    def show():
+        msgs = r["messages"]
+        if not msgs:
+            print(f"nothing new for {r['agent']} in {s.room_name}")
+            return
+        print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
+              + (" (peek: still unread)" if peek else "") + ":")
+        for ev in msgs:
+            print(_event_line(ev))
+        if r["remaining"]:
+            print(f"{r['remaining']} more: run gitdrop inbox again")
+    s.emit(dict(r, room=s.room_name), show)
+
+
+@command(app, "history")
+def history(s: Scope,
+            n: Annotated[int, typer.Option("-n", help="How many messages.")] = 10,
+            task: Annotated[str, typer.Option("--task", help="Only about this task.")] = ""):
+    """The room's last N messages, oldest first (marks nothing read)."""
+    msgs = s.room.history(n, task)
+
+    def show():
+        if not msgs:
+            print(f"no messages in {s.room_name} yet")
+        for ev in msgs:
+            to = ", ".join(x.rpartition("/")[2] if "/" in x else x for x in ev["to"])
+            text = ev["text"].rstrip("\n").replace("\n", "\n    ")
+            print(f"{paint(ev['from'], 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}\n    {text}")
+    s.emit({"room": s.room_name, "messages": msgs}, show)
+
+
+@command(app, "log")
+def log(s: Scope,
+        n: Annotated[int, typer.Option("-n", help="How many acts.")] = 20,
+        at: Annotated[str, typer.Option("--at", help="As of this commit.")] = ""):
+    """The room's audit history, one line per act (each act is a commit)."""
+    acts = s.room.log(n, at)
+
+    def show():
+        for a in acts:
+            print(f"{paint(short_id(a['id']), 'yellow')} {paint(ago(a['time']), 'dim'):>8} "
+                  f"{a['author']:<20} {a['subject']}")
+    s.emit({"room": s.room_name, "log": acts}, show)

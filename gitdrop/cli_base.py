@@ -1,0 +1,264 @@
+"""What every CLI command shares: who, where and which hub (options and the
+environment), one way to print a result (a line or a table for people, one JSON
+document with --json), and one way to report a refusal.
+
+Nothing heavy is imported here: pygit2 comes with the hub, rich only with a table.
+"""
+
+import functools
+import inspect
+import json
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from .errors import GitdropError, UsageError
+
+PANEL = "Who, where and how"
+ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
+
+# The same options exist on the top level (where they read the environment) and on
+# every command (so `gitdrop inbox --as juno --json` works); a command's own wins.
+COMMON = {
+    "hub": Annotated[Optional[str], typer.Option(
+        "--hub", metavar="PATH|URL",
+        help="Hub: a path or a git URL (env GITDROP_HUB; default ~/.gitdrop/hub.git).",
+        rich_help_panel=PANEL, show_default=False)],
+    "room": Annotated[Optional[str], typer.Option(
+        "--room", metavar="ROOM", help="Room (env GITDROP_ROOM; default lobby).", rich_help_panel=PANEL,
+        show_default=False)],
+    "as_": Annotated[Optional[str], typer.Option(
+        "--as", metavar="AGENT",
+        help="Who you are: team/name, or a short name (env GITDROP_AGENT).",
+        rich_help_panel=PANEL, show_default=False)],
+    "json_": Annotated[bool, typer.Option(
+        "--json", help="Print exactly one JSON document on stdout.", rich_help_panel=PANEL)],
+}
+
+
+class _Plain:
+    """Converts a str, int, float or bool option (or a list of them) without pydantic.
+
+    Recent Typer converts every value through a pydantic TypeAdapter; importing
+    pydantic costs as much as the rest of a short command. Our options are plain
+    types, so they get plain conversions; anything else keeps Typer's.
+    """
+
+    KINDS = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+
+    def __init__(self, kind, multi: bool):
+        self.kind, self.multi = kind, multi
+
+    def one(self, v, param, ctx):
+        if isinstance(v, self.kind) and not (self.kind is int and isinstance(v, bool)):
+            return v
+        try:
+            if self.kind is bool:
+                return {"1": True, "true": True, "yes": True, "0": False, "false": False,
+                        "no": False}[str(v).strip().lower()]
+            return self.kind(v)
+        except (KeyError, ValueError, TypeError):
+            raise typer.BadParameter(f"{v!r} is not {self.KINDS[self.kind]}.", ctx=ctx,
+                                     param=param) from None
+
+    def coerce(self, value, param, ctx):
+        if value is None:
+            return [] if self.multi else None
+        if self.multi:
+            return [self.one(v, param, ctx) for v in value]
+        return self.one(value, param, ctx)
+
+
+def _plain(params):
+    for p in params:
+        desc = getattr(p, "type_descriptor", None)
+        if desc is None or not hasattr(p, "get_runtime_param") or "get_runtime_param" in vars(p):
+            continue  # not Typer's parameter machinery, or done already
+        ann, multi = desc.annotation, False
+        if getattr(ann, "__origin__", None) is list and len(getattr(ann, "__args__", ())) == 1:
+            ann, multi = ann.__args__[0], True
+        if ann in _Plain.KINDS and getattr(desc, "file_annotation", None) is None:
+            plain = _Plain(ann, multi)
+            p.get_runtime_param = lambda plain=plain: plain
+    return params
+
+
+class PlainCommand(TyperCommand):
+    def get_params(self, ctx):
+        return _plain(super().get_params(ctx))
+
+
+class PlainGroup(TyperGroup):
+    def get_params(self, ctx):
+        return _plain(super().get_params(ctx))
+
+
+
+
+class Scope:
+    """One invocation: the hub, room and agent it acts on, and how it prints."""
+
+    def __init__(self, hub=None, room=None, agent=None, as_json=False):
+        self.hub_value = hub or os.environ.get("GITDROP_HUB") or ""
+        self.room_name = room or os.environ.get("GITDROP_ROOM") or "lobby"
+        self.agent_value = agent or os.environ.get("GITDROP_AGENT") or ""
+        self.json = as_json
+        self._hub = None
+
+    # --- where ------------------------------------------------------------------
+    @property
+    def hub(self):
+        if self._hub is None:
+            from .hub import open_hub
+            self._hub = open_hub(self.hub_value)
+        return self._hub
+
+    @property
+    def room(self):
+        return self.hub.room(self.room_name)
+
+    @property
+    def agent(self) -> str:
+        if not self.agent_value:
+            raise UsageError("this command acts as an agent, and none was given",
+                             f"say who you are: {ENV_HINT}")
+        return self.agent_value
+
+    # --- printing ---------------------------------------------------------------
+    def emit(self, data: dict, human=None) -> None:
+        """The result: one JSON document, or what a person reads (a str or a callable)."""
+        if self.json:
+            print(json.dumps(dict({"ok": True}, **data), ensure_ascii=False, default=str))
+        elif callable(human):
+            human()
+        elif human is not None:
+            print(human)
+
+    def note(self, text: str) -> None:
+        """A line for people only, on stderr (stdout stays for the result)."""
+        if not self.json:
+            print(text, file=sys.stderr)
+
+    def fail(self, err: GitdropError) -> "typer.Exit":
+        if self.json:
+            print(json.dumps(dict({"ok": False, "exit_code": err.exit_code}, **err.to_dict()),
+                             ensure_ascii=False))
+        print(paint(err.render(), "red", sys.stderr), file=sys.stderr)
+        return typer.Exit(err.exit_code)
+
+
+def merged(ctx, **given) -> Scope:
+    """The command's own options over the top level's (which read the environment)."""
+    top = ctx.find_root().obj if ctx is not None else None
+    top = top if isinstance(top, Scope) else Scope()
+    s = Scope(given.get("hub") or top.hub_value, given.get("room") or top.room_name,
+              given.get("as_") or top.agent_value, bool(given.get("json_")) or top.json)
+    return s
+
+
+def command(app: typer.Typer, name: str | None = None, **kw):
+    """Register `fn(scope, ...)` as a command that also takes the common options.
+
+    The wrapper turns a GitdropError into its report and exit code, so no command
+    handles errors itself.
+    """
+    def deco(fn):
+        sig = inspect.signature(fn)
+        own = list(sig.parameters.values())[1:]  # drop the scope
+        extra = [inspect.Parameter("_ctx", inspect.Parameter.KEYWORD_ONLY,
+                                   annotation=typer.Context)]
+        extra += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=a,
+                                    default=False if k == "json_" else None)
+                  for k, a in COMMON.items()]
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            ctx = kwargs.pop("_ctx", None)
+            scope = merged(ctx, **{k: kwargs.pop(k, None) for k in COMMON})
+            try:
+                return fn(scope, *args, **kwargs)
+            except GitdropError as e:
+                raise scope.fail(e) from None
+
+        wrapper.__signature__ = sig.replace(parameters=own + extra)
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+        app.command(name, cls=PlainCommand, **kw)(wrapper)
+        return fn
+    return deco
+
+
+def sub_app(name: str, help: str) -> typer.Typer:
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False,
+                       cls=PlainGroup)
+
+
+# --- text for people --------------------------------------------------------------
+
+COLOURS = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36,
+           "dim": 2, "bold": 1}
+
+
+def colour_on(stream=None) -> bool:
+    """Colour only on a terminal; NO_COLOR (any value) turns it off, FORCE_COLOR on."""
+    stream = stream or sys.stdout
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def paint(text: str, colour: str, stream=None) -> str:
+    if not colour_on(stream):
+        return text
+    return f"\033[{COLOURS[colour]}m{text}\033[0m"
+
+
+def ago(ts: int, now: int | None = None) -> str:
+    import time
+    if not ts:
+        return "never"
+    d = int((now or time.time()) - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= size:
+            return f"{d // size}{unit} ago"
+    return f"{max(d, 0)}s ago"
+
+
+def short_id(oid: str) -> str:
+    return (oid or "")[:10]
+
+
+def table(columns, rows, title: str = "") -> None:
+    """A table for people (rich, imported only here). Cells are short: no bodies."""
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
+    for col in columns:
+        t.add_column(col, overflow="fold" if col in ("title", "subject", "text") else "ellipsis")
+    for row in rows:
+        t.add_row(*[str(x) for x in row])
+    Console(highlight=False, soft_wrap=False).print(t)
+
+
+def read_text(text: str | None, path: str | None, what: str) -> str:
+    """TEXT, or the file F ('-' for stdin)."""
+    if text is not None and path is not None:
+        raise UsageError(f"give the {what} as text or as a file, not both", "drop one of them")
+    if path is not None:
+        if path == "-":
+            return sys.stdin.read()
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}", "check the path") from None
+    return text or ""
+
+
+def split_list(values) -> list[str]:
+    """Repeatable options that also accept comma lists: --tag a --tag b,c."""
+    return [x.strip() for v in (values or []) for x in v.split(",") if x.strip()]

@@ -1,0 +1,205 @@
+"""The hub: teams, the lifecycle of rooms (each a branch), reaping and verifying."""
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_base import Scope, ago, command, paint, short_id, split_list, sub_app, table
+from .errors import UsageError
+from .model import ARCHIVE_PREFIX
+
+app = typer.Typer(add_completion=False)
+team_app = sub_app("team", "Teams: a lead and members, shared by every room of the hub.")
+room_app = sub_app("room", "Rooms: one branch each; create, list, join, archive, pin, destroy.")
+
+RoomArg = Annotated[Optional[str], typer.Argument(
+    help="The room (default: --room / GITDROP_ROOM / lobby).", show_default=False)]
+
+
+def _by(s: Scope, room: str = "") -> str:
+    """The acting agent as team/name (archived rooms cannot resolve short names)."""
+    agent = s.agent
+    if "/" in agent or not room:
+        return agent
+    return s.hub.room(room).resolve(agent)
+
+
+# --- teams ------------------------------------------------------------------------
+
+@command(team_app, "create")
+def team_create(s: Scope,
+                name: Annotated[str, typer.Argument(help="The team's name.")],
+                lead: Annotated[str, typer.Option("--lead", help="Its lead (name or team/name).",
+                                                  show_default=False)],
+                member: Annotated[Optional[list[str]], typer.Option(
+                    "--member", "-m", help="A member (repeat, or a comma list).")] = None):
+    """Register a team (or update it: its lead only)."""
+    by = s.agent_value
+    if by and "/" not in by:
+        by = f"{name}/{by}"
+    t = s.hub.register_team(name, lead, split_list(member), by=by)
+    s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
+
+
+@command(team_app, "list")
+def team_list(s: Scope):
+    """The hub's teams."""
+    teams = s.hub.teams()
+
+    def show():
+        if not teams:
+            print("no teams yet (gitdrop team create NAME --lead L)")
+            return
+        table(["team", "lead", "members"],
+              [(t["name"], t["lead"], ", ".join(t["members"])) for t in teams])
+    s.emit({"teams": teams}, show)
+
+
+# --- rooms ------------------------------------------------------------------------
+
+@command(room_app, "create")
+def room_create(s: Scope,
+                name: Annotated[str, typer.Argument(help="The room's name.")],
+                team: Annotated[Optional[list[str]], typer.Option(
+                    "--team", "-t", help="A member team (repeat). None: open to all.")] = None,
+                open_: Annotated[bool, typer.Option("--open", help="Open to every team.")] = False):
+    """Create a room (a new branch rooms/NAME)."""
+    r = s.hub.create_room(s.agent_value or "hub/admin", name, split_list(team), open_=open_)
+    s.emit(r, f"room {name} created" + (f" for {', '.join(r['teams'])}" if r["teams"] else "")
+           + (" (open to all teams)" if r["open"] else "") + f"\nnext: gitdrop --room {name} register team/name")
+
+
+@command(room_app, "list")
+def room_list(s: Scope,
+              all_: Annotated[bool, typer.Option("--all", help="Active and archived.")] = False,
+              archived: Annotated[bool, typer.Option("--archived", help="Archived only.")] = False,
+              team: Annotated[str, typer.Option("--team", help="Only the rooms of this team.")] = ""):
+    """The hub's rooms with their teams, activity and health."""
+    if team:
+        rooms = s.hub.rooms_of_team(team)
+    else:
+        rooms = s.hub.rooms("all" if all_ else "archived" if archived else "active")
+
+    def show():
+        if not rooms:
+            print("no rooms" + (f" for team {team}" if team else ""))
+            return
+        table(["room", "status", "teams", "pinned", "last activity", "health"],
+              [(r["room"], r["status"], "open" if r["open"] else ", ".join(r["teams"]),
+                "yes" if r["pinned"] else "", ago(r["last_activity"]), r["health"])
+               for r in rooms])
+    s.emit({"rooms": rooms}, show)
+
+
+@command(room_app, "show")
+def room_show(s: Scope, name: RoomArg = None):
+    """A room's status: teams, leads, agents, open tasks, last activity, size."""
+    st = s.hub.room_status(name or s.room_name)
+
+    def show():
+        print(f"room {paint(st['room'], 'bold')}" + (" (pinned)" if st["pinned"] else ""))
+        print(f"  teams:     {'open to all' if st['open'] else ', '.join(st['teams']) or '-'}")
+        print(f"  leads:     {', '.join(f'{k}: {v}' for k, v in st['leads'].items()) or '-'}")
+        print(f"  agents:    {', '.join(st['agents']) or '-'}")
+        print(f"  tasks:     {st['open_tasks']} open of {st['tasks']}")
+        print(f"  commits:   {st['commits']}")
+        print(f"  last:      {ago(st['last_activity'])}: {st['last']}")
+    s.emit({"room": st}, show)
+
+
+def _team_of(s: Scope, team: str) -> str:
+    if team:
+        return team
+    if "/" in s.agent_value:
+        return s.agent_value.split("/", 1)[0]
+    raise UsageError("which team?", "give --team T (or act as team/name with --as)")
+
+
+TeamOpt = Annotated[str, typer.Option("--team", "-t", help="The team (default: yours, from --as).")]
+
+
+@command(room_app, "join")
+def room_join(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
+    """Add a team to a room (its lead, or a lead of the room)."""
+    room = name or s.room_name
+    r = s.hub.join_room(_team_of(s, team), room, s.agent_value)
+    s.emit(r, f"team {r['team']} {'joined' if r['joined'] else 'was already in'} {room}")
+
+
+@command(room_app, "leave")
+def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
+    """Take a team out of a room (a lead)."""
+    room = name or s.room_name
+    r = s.hub.leave_room(_team_of(s, team), room, _by(s, room))
+    s.emit(r, f"team {r['team']} left {room}")
+
+
+@command(room_app, "archive")
+def room_archive(s: Scope, name: RoomArg = None):
+    """Archive a room: its branch leaves the active rooms, its history stays (a lead)."""
+    room = name or s.room_name
+    r = s.hub.archive_room(room, _by(s, room))
+    s.emit(r, f"room {room} archived (tip {short_id(r['tip'])}); gitdrop room restore {room} "
+              "brings it back")
+
+
+@command(room_app, "restore")
+def room_restore(s: Scope, name: RoomArg = None):
+    """Bring an archived room back (a lead)."""
+    room = name or s.room_name
+    r = s.hub.restore_room(room, s.agent)
+    s.emit(r, f"room {room} restored")
+
+
+@command(room_app, "pin")
+def room_pin(s: Scope, name: RoomArg = None,
+             unpin: Annotated[bool, typer.Option("--unpin", help="Remove the pin.")] = False):
+    """Pin a room: it is never archived for idleness nor expired (a lead)."""
+    room = name or s.room_name
+    archived = room in s.hub.store.rooms(prefix=ARCHIVE_PREFIX)
+    by = s.agent if archived else _by(s, room)
+    r = s.hub.pin_room(room, by, pinned=not unpin)
+    s.emit(r, f"room {room} {'pinned' if r['pinned'] else 'unpinned'}")
+
+
+@command(room_app, "destroy")
+def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")],
+                 yes: Annotated[bool, typer.Option("--yes", help="Yes, destroy it.")] = False):
+    """Delete a room and its history for good (a lead; asks twice: --yes and a prompt)."""
+    if not yes:
+        raise UsageError(f"destroying {name} deletes its whole history",
+                         f"if you mean it: gitdrop room destroy {name} --yes (then confirm)")
+    by = s.agent
+    # The prompt goes to stderr so stdout keeps only the result (one JSON document).
+    print(f"Type the room's name ({name}) to destroy it: ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline() if sys.stdin is not None else ""
+    if answer.strip() != name:
+        raise UsageError("not confirmed; nothing was destroyed", "type the room's exact name")
+    by = by if "/" in by else _by(s, name)
+    r = s.hub.destroy_room(name, by)
+    s.emit(r, f"room {name} destroyed (its last tip was {short_id(r['tip'])})")
+
+
+# --- upkeep -----------------------------------------------------------------------
+
+@command(app, "reap")
+def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
+        "--now", help="Judge ages as of this time (epoch seconds) instead of the clock.",
+        show_default=False)] = None):
+    """Archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old archives
+    (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""
+    r = s.hub.reap(now)
+    s.emit(r, f"archived: {', '.join(r['archived']) or 'none'}; "
+              f"destroyed: {', '.join(r['destroyed']) or 'none'}")
+
+
+@command(app, "verify")
+def verify(s: Scope, name: RoomArg = None,
+           archived: Annotated[bool, typer.Option("--archived", help="An archived room.")] = False):
+    """Re-check a whole room from its first commit with the rules (same verdicts as the hook)."""
+    room = name or s.room_name
+    ops = s.hub.verify(room, archived=archived)
+    s.emit({"room": room, "commits": len(ops), "verified": True,
+            "tip": ops[-1][0] if ops else ""},
+           f"room {room}: {len(ops)} commits re-checked from the first; every one is accepted")

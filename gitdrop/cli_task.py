@@ -1,0 +1,175 @@
+"""`gitdrop task ...`: create, list, show, and each move of the state machine
+(gitdrop/machine.py decides which moves exist and who may make them)."""
+
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_base import Scope, command, paint, read_text, short_id, split_list, sub_app, table
+
+task_app = sub_app("task", "Tasks: create, list, show, and move them through their states.")
+
+Id = Annotated[str, typer.Argument(help="The task's id.", metavar="ID", show_default=False)]
+Reason = Annotated[str, typer.Option("--reason", help="Why (required).", show_default=False)]
+Note = Annotated[str, typer.Option("--note", help="A note for the record.")]
+
+STATE_COLOUR = {"completed": "green", "review": "magenta", "in_progress": "cyan",
+                "failed": "red", "blocked": "red", "feedback": "yellow", "cancelled": "dim"}
+
+
+@command(task_app, "create")
+def create(s: Scope,
+           title: Annotated[str, typer.Argument(help="A short title.")],
+           assign: Annotated[str, typer.Option("--assign", "-a", help="Assign it to an agent.")] = "",
+           priority: Annotated[int, typer.Option("--priority", "-p", help="Higher goes first.")] = 0,
+           tag: Annotated[Optional[list[str]], typer.Option("--tag", help="A tag (repeat).")] = None,
+           body: Annotated[Optional[str], typer.Option(
+               "--body", help="The instructions.", show_default=False)] = None,
+           body_file: Annotated[Optional[str], typer.Option(
+               "--body-file", help="Read the instructions from a file ('-': stdin).",
+               show_default=False)] = None,
+           handshake: Annotated[int, typer.Option(
+               "--handshake", help="Bind it to a handshake: it cannot start before GO.")] = 0,
+           max_retries: Annotated[Optional[int], typer.Option(
+               "--max-retries", help="Retries allowed after failure (default: the room's).",
+               show_default=False)] = None,
+           reviewer: Annotated[str, typer.Option("--reviewer", help="Who reviews it.")] = "",
+           project: Annotated[str, typer.Option("--project")] = ""):
+    """Create a task; prints its id (with --json, {"id": ...})."""
+    text = read_text(body, body_file, "body")
+    r = s.room.create_task(s.agent, title, body=text, assignee=assign, priority=priority,
+                           tags=split_list(tag), handshake=handshake, max_retries=max_retries,
+                           project=project, reviewer=reviewer)
+    s.note(f"created task {r['id']}" + (f" for {r['assignee']}" if r["assignee"] else "")
+           + f" ({r['state']}) [{short_id(r['commit'])}]")
+    s.emit(r, r["id"])
+
+
+@command(task_app, "list")
+def list_(s: Scope,
+          state: Annotated[str, typer.Option("--state", help="Only these states (comma list).")] = "",
+          assignee: Annotated[str, typer.Option("--assignee", help="Only this agent's ('none': unassigned).")] = "",
+          tag: Annotated[str, typer.Option("--tag")] = "",
+          all_: Annotated[bool, typer.Option("--all", help="Include completed and cancelled.")] = False):
+    """The room's tasks, highest priority first (done ones hidden unless --all)."""
+    tasks = s.room.list_tasks(state=state, assignee=assignee, tag=tag, include_done=all_)
+
+    def show():
+        if not tasks:
+            print(f"no tasks in {s.room_name}" + (" match" if state or assignee or tag else ""))
+            return
+        table(["id", "state", "prio", "assignee", "title", "tags"],
+              [(t["id"], paint(t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
+                t["assignee"] or "-", t["title"], ", ".join(t["tags"])) for t in tasks])
+    s.emit({"room": s.room_name, "tasks": tasks}, show)
+
+
+@command(task_app, "show")
+def show(s: Scope, task_id: Id):
+    """One task: its header, then its instructions."""
+    t = s.room.task(task_id)
+
+    def human():
+        print(f"task {t['id']}: {paint(t['title'], 'bold')}")
+        for k in ("state", "assignee", "reviewer", "creator", "priority", "tags", "handshake",
+                  "retries", "max_retries", "signoffs", "question", "answer", "note", "project"):
+            v = t.get(k)
+            if v not in ("", [], 0, None) or k in ("state", "priority"):
+                print(f"  {k + ':':<12} {', '.join(v) if isinstance(v, list) else v}")
+        if t["body"].strip():
+            print()
+            print(t["body"].rstrip("\n"))
+    s.emit({"task": t}, human)
+
+
+def _move(s: Scope, task_id: str, move: str, **kw) -> None:
+    r = s.room.move_task(s.agent, task_id, move, **kw)
+    line = (f"task {r['id']}: {r['from']} → {paint(r['state'], STATE_COLOUR.get(r['state'], 'bold'))}"
+            if r["from"] != r["state"] else f"task {r['id']}: {move} ({r['state']})")
+    s.emit(r, line + f" [{short_id(r['commit'])}]")
+
+
+@command(task_app, "assign")
+def assign(s: Scope, task_id: Id, agent: Annotated[str, typer.Argument(help="The assignee.")]):
+    """Assign a task (lead or creator)."""
+    _move(s, task_id, "assign", assignee=agent)
+
+
+@command(task_app, "claim")
+def claim(s: Scope, task_id: Id):
+    """Take a pending task for yourself (exactly one of two claimers wins)."""
+    _move(s, task_id, "claim")
+
+
+@command(task_app, "start")
+def start(s: Scope, task_id: Id):
+    """Start your assigned task (waits for GO if it is bound to a handshake)."""
+    _move(s, task_id, "start")
+
+
+@command(task_app, "submit")
+def submit(s: Scope, task_id: Id, note: Note = ""):
+    """Hand your work in for review."""
+    _move(s, task_id, "submit", note=note)
+
+
+@command(task_app, "approve")
+def approve(s: Scope, task_id: Id, note: Note = ""):
+    """Approve reviewed work (the reviewer: the lead of the assignee's team)."""
+    _move(s, task_id, "approve", note=note)
+
+
+@command(task_app, "reject")
+def reject(s: Scope, task_id: Id, reason: Reason):
+    """Send reviewed work back for rework (the reviewer)."""
+    _move(s, task_id, "reject", note=reason)
+
+
+@command(task_app, "fail")
+def fail(s: Scope, task_id: Id, reason: Reason):
+    """Give up on a task (it can be retried by a lead)."""
+    _move(s, task_id, "fail", note=reason)
+
+
+@command(task_app, "retry")
+def retry(s: Scope, task_id: Id, agent: Annotated[Optional[str], typer.Argument(
+        help="A new assignee (default: the same).", show_default=False)] = None):
+    """Retry a failed task (lead or creator; counts against max_retries)."""
+    _move(s, task_id, "retry", assignee=agent or "")
+
+
+@command(task_app, "block")
+def block(s: Scope, task_id: Id, reason: Reason):
+    """Mark a task blocked (unblock returns it to where it was)."""
+    _move(s, task_id, "block", note=reason)
+
+
+@command(task_app, "unblock")
+def unblock(s: Scope, task_id: Id, note: Note = ""):
+    """Unblock a task."""
+    _move(s, task_id, "unblock", note=note)
+
+
+@command(task_app, "ask")
+def ask(s: Scope, task_id: Id, question: Annotated[str, typer.Option(
+        "--question", "-q", help="What you need to know.", show_default=False)]):
+    """Ask the task's creator a question (the task waits in feedback)."""
+    _move(s, task_id, "ask", question=question, note=question)
+
+
+@command(task_app, "answer")
+def answer(s: Scope, task_id: Id, text: Annotated[str, typer.Argument(help="The answer.")]):
+    """Answer a question on a task (creator or lead); work resumes."""
+    _move(s, task_id, "answer", answer=text, note=text)
+
+
+@command(task_app, "cancel")
+def cancel(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason")] = ""):
+    """Cancel a task (creator or lead)."""
+    _move(s, task_id, "cancel", note=reason)
+
+
+@command(task_app, "sign")
+def sign(s: Scope, task_id: Id):
+    """Sign off a cross-team task (each team's lead signs before it starts)."""
+    _move(s, task_id, "sign")

@@ -1,0 +1,72 @@
+"""Long-running and helper commands: watch, wait, serve (MCP), token, demo.
+
+Their bodies live elsewhere (notifier, mcp_server, tokens, demo) and are imported
+only when the command runs: `import mcp` alone costs most of a second.
+"""
+
+import enum
+from typing import Annotated
+
+import typer
+
+from .cli_base import Scope, command
+
+app = typer.Typer(add_completion=False)
+
+
+class Transport(str, enum.Enum):
+    stdio = "stdio"
+    http = "http"
+
+
+class Tools(str, enum.Enum):
+    agent = "agent"
+    lead = "lead"
+    all = "all"
+
+
+@command(app, "watch")
+def watch(s: Scope):
+    """Print what arrives for you, as it arrives (until Ctrl-C)."""
+    from .notifier import run_watch
+    raise typer.Exit(run_watch(s.hub, s.room_name, s.agent, s.json))
+
+
+@command(app, "wait")
+def wait(s: Scope, timeout: Annotated[float, typer.Option(
+        "--timeout", help="Give up after this many seconds (exit 124); 0: wait forever.")] = 0):
+    """Block until something arrives for you, print it, and exit."""
+    from .notifier import run_wait
+    raise typer.Exit(run_wait(s.hub, s.room_name, s.agent, timeout, s.json))
+
+
+@command(app, "serve")
+def serve(s: Scope,
+          transport: Annotated[Transport, typer.Option("--transport", help="stdio or http.")] = Transport.stdio,
+          host: Annotated[str, typer.Option("--host", help="Address for http.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option("--port", help="Port for http.")] = 9400,
+          tools: Annotated[Tools, typer.Option(
+              "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent):
+    """Run the MCP server (stdio for one agent; http with per-agent bearer tokens)."""
+    from .mcp_server import serve as run
+    run(s.hub.path, s.room_name, s.agent_value, transport.value, host, port, tools.value)
+
+
+@command(app, "token")
+def token(s: Scope, agent: Annotated[str, typer.Argument(help="The agent (team/name).")]):
+    """Mint a bearer token that binds an MCP HTTP client to one agent."""
+    from .tokens import mint
+    tok = mint(s.hub.path, agent)
+    s.emit({"agent": agent, "token": tok}, tok)
+
+
+@command(app, "demo")
+def demo(s: Scope, keep: Annotated[bool, typer.Option(
+        "--keep", help="Keep the throwaway hub and print where it is.")] = False):
+    """Play a small team through the protocol on a throwaway hub, narrating each step."""
+    from .demo import run
+    steps = run(keep=keep, narrate=not s.json)
+    failed = [st for st in steps if not st["ok"]]
+    s.emit({"steps": steps, "failed": len(failed)})
+    if failed:
+        raise typer.Exit(1)
