@@ -1,0 +1,238 @@
+"""Helpers shared by the benchmarks: timing and statistics, the command line
+that produced a figure, the machine it ran on, a room with a long history
+built fast, and the SQLite baseline measured beside gitdrop in the same run.
+"""
+
+import math
+import os
+import platform
+import shlex
+import sqlite3
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from gitdrop import fmt, hub, model  # noqa: E402
+from gitdrop.view import render_file  # noqa: E402
+
+ROOM = "bench"
+SENDER, READER = "bench/alice", "bench/bob"
+TALKERS = [f"filler/talker{i}" for i in range(4)]
+SINKS = [f"filler/sink{i}" for i in range(4)]
+
+
+# --- numbers --------------------------------------------------------------------
+
+def percentile(xs, q: float) -> float:
+    """Nearest-rank percentile of a list of numbers."""
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))]
+
+
+def median(xs) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def ms(x: float) -> str:
+    return f"{x * 1e3:8.3f}"
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:6.2f}x" if b else "     -"
+
+
+class Timer:
+    """Samples per label, in seconds."""
+
+    def __init__(self):
+        self.samples: dict[str, list[float]] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        self.samples.setdefault(label, []).append(seconds)
+
+    def time(self, label: str, fn, *a, **kw):
+        t = time.perf_counter()
+        out = fn(*a, **kw)
+        self.add(label, time.perf_counter() - t)
+        return out
+
+    def med(self, label: str) -> float:
+        return median(self.samples[label])
+
+    def p99(self, label: str) -> float:
+        return percentile(self.samples[label], 0.99)
+
+    def n(self, label: str) -> int:
+        return len(self.samples[label])
+
+
+# --- where and how -----------------------------------------------------------
+
+def command() -> str:
+    """The exact command line that is running, to print beside its figures."""
+    script = os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0]
+    return shlex.join([sys.executable, script] + sys.argv[1:])
+
+
+def fs_type(path: str) -> str:
+    best, kind = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                dev, mnt, typ = line.split()[:3]
+                if (path + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+                    best, kind = mnt, f"{typ} on {dev} ({mnt})"
+    except OSError:
+        pass
+    return kind
+
+
+def environment(workdir: str) -> str:
+    import pygit2
+    git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"python {platform.python_version()}, pygit2 {pygit2.__version__} "
+            f"(libgit2 {pygit2.LIBGIT2_VERSION}), {git}, sqlite {sqlite3.sqlite_version}, "
+            f"{os.cpu_count()} cpu, load {load}, {fs_type(workdir)}")
+
+
+def header(title: str, workdir: str) -> None:
+    print(f"# {title}")
+    print(f"command: {command()}")
+    print(f"machine: {environment(workdir)}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S')}")
+
+
+# --- a room with history --------------------------------------------------------
+
+def make_room(path: str, history: int, fsync: bool = True, tasks: int = 8) -> "hub.Hub":
+    """A hub with room `bench` (loop_cap = 0), two benchmark agents, filler agents,
+    a few tasks for bench/bob, then `history` message commits (filler talkers to
+    filler sinks) and read commits that put both benchmark agents' cursors at the
+    tip, as agents who keep up with their inbox would have."""
+    h = hub.init(path, room="", fsync=fsync)
+    # loop_cap = 0: the benchmark sends thousands of messages from one agent,
+    # which the default loop guard (60 per 60 s) would refuse.
+    h.create_room("hub/admin", ROOM, open_=True, settings={"loop_cap": 0})
+    r = h.room(ROOM)
+    for a in [SENDER, READER] + TALKERS + SINKS:
+        r.register(a)
+    for i in range(tasks):
+        r.create_task(SENDER, f"benchmark task {i + 1}", body="Move me around.",
+                      assignee=READER)
+    if history:
+        fast_history(h, history)
+    for a in (SENDER, READER):
+        move_cursor_to_tip(h, a)
+    return h
+
+
+def fast_history(h: "hub.Hub", n: int) -> None:
+    """Append `n` send commits in the on-repo format (each reuses its parent's
+    tree, as a message does) with one `git fast-import`, then move the room ref
+    once with CAS. Talkers write to sinks, so nobody's unread count matters."""
+    store = h.store
+    ref = store.room_ref(ROOM)
+    tip = store.tip(ref)
+    now = int(time.time())
+    start = now - n  # one message a second, ending now
+    chunks = []
+    for i in range(n):
+        a, b = TALKERS[i % 4], SINKS[(i // 4) % 4]
+        text = f"filler message {i}"
+        msg = fmt.format_message(f"{model.short(a)} → {model.short(b)}: {text}", text,
+                                 [("op", "send"), ("to", b)]).encode()
+        team, name = model.split_agent(a)
+        who = f"{a} <{name}@{team}.gitdrop> {start + i} +0000\n".encode()
+        chunks.append(b"commit %s\nauthor %scommitter %sdata %d\n%s\n"
+                      % (ref.encode() + b".build", who, who, len(msg), msg))
+        if i == 0:
+            chunks.append(b"from %s\n" % tip.encode())
+    chunks.append(b"done\n")
+    p = subprocess.run(["git", "--git-dir", store.path, "fast-import", "--quiet", "--done"],
+                       input=b"".join(chunks), capture_output=True)
+    if p.returncode:
+        raise RuntimeError(p.stderr.decode())
+    built = store.tip(ref + ".build")
+    if not store._cas(ref, tip, built, "benchmark history"):
+        raise RuntimeError("the room moved while its history was built")
+    store.delete_ref(ref + ".build")
+
+
+def move_cursor_to_tip(h: "hub.Hub", agent: str) -> None:
+    """A read commit that moves `agent`'s cursor to the room tip, through the
+    rules (the core's inbox writes nothing when nothing concerns the agent)."""
+    def build(view, tip):
+        doc = dict(view.agent(agent), cursor=tip)
+        return ({model.agent_path(agent): render_file("agent", doc)},
+                fmt.format_message(f"{model.short(agent)} caught up", "", [("op", "read")]),
+                {})
+    h.store.write(h.store.room_ref(ROOM), build, agent)
+
+
+# --- the SQLite baseline ---------------------------------------------------------
+
+class SqliteRoom:
+    """The same messages, inbox and task moves in SQLite (WAL), as the systems
+    gitdrop replaces keep them: a row per message, a cursor per agent, a row per
+    task moved with a compare-and-set on its state. One transaction per call."""
+
+    def __init__(self, path: str, history: int, tasks: int = 8):
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript("""
+            CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, sender TEXT,
+                recipient TEXT, body TEXT, ts INTEGER);
+            CREATE INDEX IF NOT EXISTS inbox ON messages (recipient, id);
+            CREATE TABLE IF NOT EXISTS cursors (agent TEXT PRIMARY KEY, last INTEGER);
+            CREATE TABLE IF NOT EXISTS tasks (id INTEGER PRIMARY KEY, title TEXT,
+                state TEXT, assignee TEXT, note TEXT, updated INTEGER);
+        """)
+        self.durable(True)
+        db, now = self.db, int(time.time())
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO messages (sender, recipient, body, ts) VALUES (?,?,?,?)",
+                       ((TALKERS[i % 4], SINKS[(i // 4) % 4], f"filler message {i}",
+                         now - history + i) for i in range(history)))
+        last = db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+        db.executemany("INSERT INTO cursors VALUES (?, ?)", ((SENDER, last), (READER, last)))
+        db.executemany("INSERT INTO tasks VALUES (?,?,?,?,?,?)",
+                       ((i + 1, f"benchmark task {i + 1}", "assigned", READER, "", now)
+                        for i in range(tasks)))
+        db.execute("COMMIT")
+
+    def durable(self, on: bool) -> None:
+        self.db.execute(f"PRAGMA synchronous={'FULL' if on else 'OFF'}")
+
+    def send(self, sender: str, recipient: str, text: str) -> None:
+        db = self.db
+        db.execute("BEGIN")
+        db.execute("INSERT INTO messages (sender, recipient, body, ts) VALUES (?,?,?,?)",
+                   (sender, recipient, text, int(time.time())))
+        db.execute("COMMIT")
+
+    def inbox(self, agent: str, limit: int = 20) -> list:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        last = db.execute("SELECT last FROM cursors WHERE agent = ?", (agent,)).fetchone()[0]
+        rows = db.execute("SELECT id, sender, body, ts FROM messages WHERE recipient = ? "
+                          "AND id > ? ORDER BY id LIMIT ?", (agent, last, limit)).fetchall()
+        if rows:
+            db.execute("UPDATE cursors SET last = ? WHERE agent = ?", (rows[-1][0], agent))
+        db.execute("COMMIT")
+        return rows
+
+    def move(self, task: int, frm: str, to: str, note: str) -> bool:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        n = db.execute("UPDATE tasks SET state = ?, note = ?, updated = ? WHERE id = ? "
+                       "AND state = ?", (to, note, int(time.time()), task, frm)).rowcount
+        db.execute("COMMIT")
+        return n == 1
