@@ -58,18 +58,19 @@ class _Sub:
 
 
 class _RefHandler:
-    """watchdog handler: any ref-ish change marks the tips dirty; nothing more."""
+    """watchdog handler: any ref-ish change means "re-read the tips", right here
+    in the observer's thread (one thread hop less than handing it on)."""
 
-    def __init__(self, refs_dir: str, dirty: threading.Event):
+    def __init__(self, refs_dir: str, changed):
         self.refs_dir = refs_dir + os.sep
-        self.dirty = dirty
+        self.changed = changed
 
     def dispatch(self, event) -> None:
         for p in (event.src_path, getattr(event, "dest_path", "")):
             p = os.fsdecode(p) if p else ""
             if p and (p.startswith(self.refs_dir) or
                       os.path.basename(p).startswith("packed-refs")):
-                self.dirty.set()
+                self.changed()
                 return
 
 
@@ -149,7 +150,7 @@ class Notifier:
             kinds = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent,
                      DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
             refs = os.path.join(self.git_dir, "refs")
-            handler = _RefHandler(refs, self._dirty)
+            handler = _RefHandler(refs, self._scan_safely)
             obs = Observer()
             obs.schedule(handler, refs, recursive=True, event_filter=kinds)
             obs.schedule(handler, self.git_dir, recursive=False, event_filter=kinds)
@@ -182,33 +183,46 @@ class Notifier:
         self._threads.append(t)
 
     def _scan_loop(self) -> None:
+        """Scans on request (start, retries) and, locally, every SAFETY seconds."""
         while not self._stop.is_set():
             self._dirty.wait(None if self.remote else SAFETY)
             self._dirty.clear()
             if self._stop.is_set():
                 return
-            try:
-                self.scan()
-            except Exception as e:  # a half-written repack, say: try again shortly
-                sys.stderr.write(f"gitdrop: notifier scan failed ({type(e).__name__}: {e})\n")
+            if not self._scan_safely():
                 self._stop.wait(0.05)
                 self._dirty.set()
 
+    def _scan_safely(self) -> bool:
+        try:
+            self.scan()
+            return True
+        except Exception as e:  # read mid-repack, say: the scan loop tries again
+            sys.stderr.write(f"gitdrop: notifier scan failed ({type(e).__name__}: {e})\n")
+            self._dirty.set()
+            return False
+
     # --- the one computation: tips → events per subscriber -----------------------
     def scan(self) -> int:
-        """Re-read the tips of the watched rooms and deliver what is new."""
-        deliveries = []
+        """Re-read the tips of the watched rooms and deliver what is new. Callbacks
+        run under the lock, so batches reach each subscriber in commit order."""
         with self._lock:
             self.scans += 1
+            deliveries, failed = [], None
             for room, subs in list(self._subs.items()):
-                deliveries += self._scan_room(room, subs)
-        for sub, evs in deliveries:
-            if sub.active:
                 try:
-                    sub.callback(evs)
-                except Exception as e:
-                    sys.stderr.write(f"gitdrop: a notifier callback failed ({e!r})\n")
-        return len(deliveries)
+                    deliveries += self._scan_room(room, subs)
+                except Exception as e:  # that room keeps its bases; the others go on
+                    failed = e
+            for sub, evs in deliveries:
+                if sub.active:
+                    try:
+                        sub.callback(evs)
+                    except Exception as e:
+                        sys.stderr.write(f"gitdrop: a notifier callback failed ({e!r})\n")
+            if failed is not None:
+                raise failed
+            return len(deliveries)
 
     def _scan_room(self, room, subs):
         reader = self.store.reader
@@ -229,25 +243,22 @@ class Notifier:
             if len(walked) >= WALK_CAP:
                 break
         view = self.store.view(room, tip)
-        cache: dict[str, dict] = {}
         out = []
         for s in pending:
             commits = walked[:found.get(s.base, len(walked))]
-            s.base = tip
             lead = view.is_lead(s.agent)
             evs = []
             for c in reversed(commits):
                 if c.author == s.agent:
                     continue
-                ev = cache.get(c.oid)
-                if ev is None:
-                    ev = cache[c.oid] = events.event(reader, c)
+                ev = events.event(reader, c)  # worked out once per commit, then a copy
                 how = events.concerns(ev, s.agent, lead)
                 if how:
                     evs.append(dict(ev, via=how, room=room))
-            if evs:
-                out.append((s, evs))
-        return out
+            out.append((s, evs))
+        for s in pending:  # only once all is worked out: a failure retries, loses nothing
+            s.base = tip
+        return [(s, evs) for s, evs in out if evs]
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:
@@ -294,7 +305,7 @@ class Notifier:
             except GitdropError as e:
                 sys.stderr.write(f"gitdrop: {e.reason}\n")
             if changed:
-                self._dirty.set()
+                self._scan_safely()
                 self.interval = self.poll[0]
             else:
                 self.interval = min(self.interval * 2, self.poll[1])

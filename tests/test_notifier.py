@@ -23,12 +23,14 @@ PY = sys.executable
 
 
 class Proc:
-    """`python -m gitdrop.notifier ...` with its stdout and stderr read line by line."""
+    """`python -m gitdrop.notifier ...` (or the `gitdrop` command itself, with
+    cli=True) with its stdout and stderr read line by line."""
 
-    def __init__(self, *args, env=None):
+    def __init__(self, *args, env=None, cli=False):
         e = dict(os.environ, **(env or {}))
         e.pop("GITDROP_AGENT", None)
-        self.p = subprocess.Popen([PY, "-m", "gitdrop.notifier", *args], stdout=subprocess.PIPE,
+        prog = [PY, "-m", "gitdrop"] if cli else [PY, "-m", "gitdrop.notifier"]
+        self.p = subprocess.Popen([*prog, *args], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=e)
         self.out, self.err = queue.Queue(), queue.Queue()
         self.errors = []
@@ -174,7 +176,7 @@ def test_wait_wakes_on_raw_git_push_message_and_task(hub, team, procs, clone):
     assert got["events"][0]["text"] == "pushed by hand" and got["events"][0]["via"] == "to"
 
     team.inbox("spartan")
-    p = procs(*wait_args(hub, "spartan", "--timeout", "30"))
+    p = procs(*wait_args(hub, "spartan", "--timeout", "30"), cli=True)  # the gitdrop command
     p.ready("waiting for")
     c.pull().write("tasks/7.md", task_doc(7, "core/juno", assignee="core/spartan"))
     c.commit("a task by hand")
@@ -245,8 +247,8 @@ def test_watch_streams_each_event_once_across_pack_refs_and_gc(hub, team, procs,
     assert p.finish()[0] == 0
 
 
-def test_watch_text_lines(hub, team, procs):
-    p = procs("watch", "--hub", hub.path, "--room", "lobby", "--as", "kai")
+def test_watch_text_lines_through_the_command(hub, team, procs):
+    p = procs("watch", "--hub", hub.path, "--room", "lobby", "--as", "kai", cli=True)
     p.ready("streaming events")
     team.send("juno", "all", "line one\nline two")
     team.create_task("juno", "a job", assignee="kai")
@@ -295,6 +297,31 @@ def test_a_batch_holds_everything_since_the_last_delivery(hub, team):
     n.scan()
     assert [[e["text"] for e in b] for b in batches] == [["m0", "m1", "m2", "m3", "m4"]]
     assert n.scan() == 0
+
+
+def test_rooms_are_separate_and_a_failing_callback_harms_no_one(hub, team):
+    hub.create_room("hub/admin", "ops", open_=True)
+    ops = hub.room("ops")
+    ops.register("core/juno", ["lead"])
+    ops.register("core/spartan", ["coder"])
+    seen, calls = [], []
+
+    def broken(evs):
+        calls.append(len(evs))
+        raise RuntimeError("subscriber bug")
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/spartan", broken)
+    n.subscribe("lobby", "core/spartan", lambda evs: seen.extend(("lobby", e["text"]) for e in evs))
+    n.subscribe("ops", "core/spartan", lambda evs: seen.extend(("ops", e["text"]) for e in evs))
+    with n:
+        team.send("juno", "spartan", "a")
+        _until(lambda: len(seen) == 1)
+        ops.send("juno", "spartan", "b")
+        _until(lambda: len(seen) == 2)
+        team.send("juno", "spartan", "c")
+        _until(lambda: len(seen) == 3)
+    assert seen == [("lobby", "a"), ("ops", "b"), ("lobby", "c")]
+    assert calls == [1, 1]
 
 
 def _until(cond, timeout=10):
