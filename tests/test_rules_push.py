@@ -1,0 +1,295 @@
+"""Every rule, through a real `git push` into a hub with the installed hook, and
+through the same rules in process on the very same commits: one accepted and one
+refused case each, and the two paths agree."""
+
+import pytest
+
+from gitdrop import fmt, view
+from gitdrop.errors import Refusal
+
+from conftest import git, refused_rule
+
+
+def task_doc(tid, creator, state="pending", assignee="", **extra):
+    header = {"id": str(tid), "title": extra.pop("title", f"task {tid}"), "state": state,
+              "creator": creator, "assignee": assignee, **extra}
+    return fmt.dumps_doc(header, "Do the thing.")
+
+
+def msg(text, to, op="send"):
+    return fmt.format_message(text.split("\n")[0], text, [("op", op), ("to", to)])
+
+
+@pytest.fixture
+def team(lobby):
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    lobby.register("core/kai", ["coder"])
+    return lobby
+
+
+def attempt(hub, c, expect):
+    """Push the clone's new commits; the hook and the in-process check must agree."""
+    before = hub.store.room_tip(c.room)
+    local = c.local_verdict(before)
+    ok, err = c.push()
+    pushed = None if ok else refused_rule(err)
+    assert local == expect, f"in-process verdict {local!r}, expected {expect!r}"
+    assert pushed == expect, f"push verdict {pushed!r}, expected {expect!r}: {err}"
+    if expect is None:
+        assert hub.store.room_tip(c.room) == c.head()
+    else:
+        assert "fix:" in err and "commit:" in err and "why:" in err
+        assert hub.store.room_tip(c.room) == before          # nothing moved
+        gone = git("cat-file", "-e", c.head(), cwd=hub.path, check=False)
+        assert gone.returncode != 0                          # and no object stayed
+    return err
+
+
+def test_registered_author(hub, team, clone):
+    c = clone("core/nobody")
+    c.write("tasks/50.md", task_doc(50, "core/nobody")).commit("a task")
+    attempt(hub, c, "registered-author")
+    c.pull().as_("core/spartan")
+    c.write("tasks/50.md", task_doc(50, "core/spartan")).commit("a task")
+    attempt(hub, c, None)
+    assert team.task(50)["creator"] == "core/spartan"
+
+
+def test_room_membership(hub, team, clone):
+    hub.register_team("core", "core/juno")
+    hub.create_room("core/juno", "ops", teams=["core"])
+    c = clone("web/ana", room="ops")
+    agent = {"id": "web/ana", "cursor": hub.store.room_tip("ops")}
+    c.write("agents/web/ana.toml", fmt.dumps_toml(agent)).commit("ana joins")
+    err = attempt(hub, c, "room-membership")
+    assert "team 'web' is not a member" in err
+    c.pull().as_("core/ana")
+    c.write("agents/core/ana.toml", fmt.dumps_toml({"id": "core/ana", "cursor": c.head()}))
+    c.commit("ana joins")
+    attempt(hub, c, None)
+
+
+def test_linear_history(hub, team, clone):
+    c = clone("core/spartan")
+    base = c.head()
+    git("checkout", "-q", "-b", "side", cwd=c.path)
+    c.write("tasks/60.md", task_doc(60, "core/spartan")).commit("side task")
+    git("checkout", "-q", "-", cwd=c.path)
+    c.write("context/notes.md", "hello\n").commit("notes")
+    git("merge", "-q", "--no-edit", "side", cwd=c.path)
+    attempt(hub, c, "linear-history")
+    git("reset", "-q", "--hard", base, cwd=c.path)
+    c.write("context/notes.md", "hello\n").commit("notes")
+    attempt(hub, c, None)
+
+
+def test_one_operation(hub, team, clone):
+    c = clone("core/spartan")
+    c.write("tasks/70.md", task_doc(70, "core/spartan"))
+    c.write("tasks/71.md", task_doc(71, "core/spartan")).commit("two tasks")
+    attempt(hub, c, "one-operation")
+    c.pull()
+    c.write("tasks/70.md", task_doc(70, "core/spartan"))
+    c.commit(fmt.format_message("a note", "hi", [("op", "send"), ("to", "all")]))
+    err = attempt(hub, c, "one-operation")
+    assert "must not change files" in err
+    c.pull()
+    c.write("tasks/70.md", task_doc(70, "core/spartan")).commit("one task")
+    attempt(hub, c, None)
+
+
+def test_format(hub, team, clone):
+    c = clone("core/spartan")
+    c.write("tasks/80.md", "title: no front matter\n").commit("bad task")
+    err = attempt(hub, c, "format")
+    assert "+++" in err
+    c.pull()
+    c.write("tasks/80.md", task_doc(80, "core/spartan", priority="high")).commit("bad field")
+    attempt(hub, c, "format")
+    c.pull()
+    c.write("tasks/80.md", task_doc(80, "core/spartan", priority=2)).commit("good")
+    attempt(hub, c, None)
+
+
+def test_task_state_machine(hub, team, clone):
+    t = team.create_task("core/juno", "Parser")
+    c = clone("core/spartan")
+    path = f"tasks/{t['id']}.md"
+    c.write(path, c.read(path).replace('state = "pending"', 'state = "completed"'))
+    c.commit("done already")
+    err = attempt(hub, c, "task-state-machine")
+    assert "legal moves" in err
+    c.pull()
+    text = c.read(path).replace('state = "pending"', 'state = "assigned"')
+    c.write(path, text.replace('assignee = ""', 'assignee = "core/spartan"')).commit("mine")
+    attempt(hub, c, None)
+    assert team.task(t["id"])["assignee"] == "core/spartan"
+    # the core refuses the same illegal move with the same rule
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t["id"], "approve")
+    assert e.value.rule == "task-state-machine"
+
+
+def test_unread_before_send(hub, team, clone):
+    team.send("core/juno", "core/spartan", "status?")
+    c = clone("core/spartan")
+    c.commit(msg("all good", "core/juno"), allow_empty=True)
+    err = attempt(hub, c, "unread-before-send")
+    assert "1 unread" in err and "inbox" in err
+    with pytest.raises(Refusal) as e:
+        team.send("core/spartan", "core/juno", "all good")
+    assert e.value.rule == "unread-before-send"
+    assert team.inbox("core/spartan")["messages"][0]["text"] == "status?"
+    c.pull()
+    c.commit(msg("all good", "core/juno"), allow_empty=True)
+    attempt(hub, c, None)
+
+
+def test_unknown_recipient(hub, team, clone):
+    c = clone("core/spartan")
+    c.commit(msg("hello?", "core/ghost"), allow_empty=True)
+    attempt(hub, c, "unknown-recipient")
+    with pytest.raises(Refusal) as e:
+        team.send("core/spartan", "ghost", "hello?")
+    assert e.value.rule == "unknown-recipient"
+    c.pull()
+    c.commit(msg("hello", "core/kai"), allow_empty=True)
+    attempt(hub, c, None)
+
+
+def test_size_limit(hub, team, clone):
+    c = clone("core/spartan")
+    c.commit(msg("x" * 20000, "core/kai"), allow_empty=True)
+    err = attempt(hub, c, "size-limit")
+    assert "16384" in err
+    with pytest.raises(Refusal) as e:
+        team.send("core/spartan", "core/kai", "y" * 20000)
+    assert e.value.rule == "size-limit"
+    c.pull()
+    c.commit(msg("x" * 1000, "core/kai"), allow_empty=True)
+    attempt(hub, c, None)
+
+
+def test_lead_only_handshake(hub, team, clone):
+    plan = {"id": 1, "initiator": "core/spartan", "targets": ["core/kai"]}
+    c = clone("core/spartan")
+    c.write("handshakes/1.md", fmt.dumps_doc(plan, "The plan.")).commit("plan")
+    attempt(hub, c, "lead-only")
+    with pytest.raises(Refusal) as e:
+        team.start_handshake("core/spartan", "The plan.", ["core/kai"])
+    assert e.value.rule == "lead-only"
+    c.pull().as_("core/juno")
+    c.write("handshakes/1.md", fmt.dumps_doc(dict(plan, initiator="core/juno"), "The plan."))
+    c.commit("plan")
+    attempt(hub, c, None)
+
+
+def test_handshake_ack_once_and_go(hub, team, clone):
+    h = team.start_handshake("core/juno", "Build it in two parts", ["core/spartan", "core/kai"])
+    t = team.create_task("core/juno", "part one", assignee="core/spartan", handshake=h["id"])
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t["id"], "start")
+    assert e.value.rule == "handshake-go"
+    team.ack_handshake("core/spartan", h["id"])
+    with pytest.raises(Refusal) as e:
+        team.ack_handshake("core/spartan", h["id"])
+    assert e.value.rule == "handshake-ack-once"
+    # by hand: juno is not a target
+    c = clone("core/juno")
+    path = f"handshakes/{h['id']}.md"
+    c.write(path, c.read(path).replace('acks = ["core/spartan"]',
+                                       'acks = ["core/spartan", "core/juno"]')).commit("ack")
+    attempt(hub, c, "handshake-ack-once")
+    # by hand: starting before GO
+    c.pull().as_("core/spartan")
+    tp = f"tasks/{t['id']}.md"
+    c.write(tp, c.read(tp).replace('state = "assigned"', 'state = "in_progress"')).commit("go!")
+    err = attempt(hub, c, "handshake-go")
+    assert "core/kai" in err
+    # kai acks by hand: GO is recorded, then the start is accepted
+    c.pull().as_("core/kai")
+    c.write(path, c.read(path).replace('acks = ["core/spartan"]',
+                                       'acks = ["core/spartan", "core/kai"]')
+            .replace('status = "pending"', 'status = "go"')).commit("ack")
+    attempt(hub, c, None)
+    assert team.handshake(h["id"])["status"] == "go"
+    c.pull().as_("core/spartan")
+    c.write(tp, c.read(tp).replace('state = "assigned"', 'state = "in_progress"')).commit("go!")
+    attempt(hub, c, None)
+
+
+def test_contract_owner_and_version(hub, team, clone):
+    team.declare_contract("core/kai", "parse_config", "def parse_config(path) -> dict",
+                          kind="function")
+    c = clone("core/spartan")
+    p = "contracts/parse_config.md"
+    c.write(p, c.read(p).replace("version = 1", "version = 2") + "# changed\n").commit("edit")
+    err = attempt(hub, c, "contract-owner")
+    assert "core/kai" in err
+    c.pull().as_("core/kai")
+    c.write(p, c.read(p) + "# changed\n").commit("edit without bump")
+    attempt(hub, c, "contract-version")
+    c.pull()
+    c.write(p, c.read(p).replace("version = 1", "version = 2") + "# changed\n").commit("v2")
+    attempt(hub, c, None)
+    assert team.contract("parse_config")["version"] == 2
+    assert team.declare_contract("core/kai", "parse_config", "v3 text")["version"] == 3
+
+
+def test_loop_guard(hub, team, clone):
+    team.update_room("core/juno", "room-settings", "loop cap 2",
+                     settings={"loop_cap": 2, "loop_window": 3600})
+    team.send("core/kai", "all", "one")
+    team.send("core/kai", "all", "two")
+    with pytest.raises(Refusal) as e:
+        team.send("core/kai", "all", "three")
+    assert e.value.rule == "loop-guard" and "wait" in e.value.fix
+    c = clone("core/kai")
+    c.commit(msg("three", "all"), allow_empty=True)
+    attempt(hub, c, "loop-guard")
+    c.pull().as_("core/spartan")
+    team.inbox("core/spartan")
+    c.pull()
+    c.commit(msg("mine", "all"), allow_empty=True)
+    attempt(hub, c, None)
+
+
+def test_clock(hub, team, clone):
+    c = clone("core/spartan")
+    c.write("context/a.md", "a\n")
+    git("add", "-A", cwd=c.path)
+    git("commit", "-q", "-m", "from the future", cwd=c.path,
+        env={"GIT_COMMITTER_DATE": "2099-01-01T00:00:00Z"})
+    ok, err = c.push()
+    assert refused_rule(err) == "clock"
+    c.pull()
+    c.write("context/a.md", "a\n").commit("now")
+    assert c.push()[0]
+
+
+def test_hand_note_without_trailers_is_a_message_to_all(hub, team, clone):
+    c = clone("core/spartan")
+    c.commit("standup: parser is half done", allow_empty=True)
+    attempt(hub, c, None)
+    inbox = team.inbox("core/kai")["messages"]
+    assert [m["text"] for m in inbox] == ["standup: parser is half done"]
+    assert inbox[0]["via"] == "all"
+
+
+def test_ref_deletion_and_foreign_refs_refused(hub, team, clone):
+    c = clone("core/spartan")
+    p = git("push", "origin", "HEAD:refs/heads/main", cwd=c.path, check=False)
+    assert p.returncode != 0 and "refused by rule format" in p.stderr
+    p = git("push", "origin", ":rooms/lobby", cwd=c.path, check=False)
+    assert p.returncode != 0
+    assert hub.store.room_tip("lobby")
+
+
+def test_view_parses_what_core_writes(team):
+    t = team.create_task("core/juno", "Title with \"quotes\"\nand a newline?", "body\n\nmore",
+                         tags=["a", "b"], priority=3)
+    got = team.task(t["id"])
+    assert got["tags"] == ["a", "b"] and got["priority"] == 3
+    assert got["body"].strip() == "body\n\nmore"
+    assert view.parse_file("task", team.view().text(f"tasks/{t['id']}.md"))[0]["priority"] == 3
