@@ -348,21 +348,20 @@ class Hub:
                          room=room, tip=tip)
         return {"room": room, "destroyed": True, "tip": tip}
 
-    def _move(self, ref: str, to: str | None, why: str, tries: int = 50) -> str:
-        """Move (or, with to=None, delete) a room's ref with compare-and-swap: both refs
-        are locked, the tip re-read under the lock, so no concurrent commit is lost."""
+    def _move(self, ref: str, to: str | None, why: str, tries: int = 200) -> str:
+        """Move (or, with to=None, delete) a room's ref atomically: both refs are locked
+        first and the tip is read under the lock, so no writer can slip a commit in
+        between (a writer that finds the lock taken retries and then finds no room)."""
         repo = self.store.repo
         for _ in range(tries):
-            tip = self.store.tip(ref)
-            if not tip:
-                raise NotFound(f"no ref {ref}", "gitdrop room list --all")
             try:
                 with repo.transaction() as tx:
                     tx.lock_ref(ref)
                     if to:
                         tx.lock_ref(to)
-                    if self.store.tip(ref) != tip:
-                        raise _Moved()
+                    tip = self.store.tip(ref)
+                    if not tip:
+                        raise NotFound(f"no ref {ref}", "gitdrop room list --all")
                     if to:
                         if self.store.tip(to):
                             raise Refusal("format", f"{to} already exists",
@@ -370,9 +369,9 @@ class Hub:
                         tx.set_target(to, tip, message=f"gitdrop: {why}")
                     tx.remove(ref)
                 return tip
-            except (_Moved, pygit2.GitError, OSError):
-                time.sleep(0.005)
-        raise Conflict(f"{ref} kept moving; gave up after {tries} tries", "try again")
+            except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
+                time.sleep(0.002)
+        raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
 
     def _view_at(self, room: str, tip: str) -> RoomView:
         return RoomView(self.store.reader, self.store.reader.commit(tip).tree, tip, room)
@@ -486,10 +485,6 @@ class Hub:
         if not tip:
             raise NotFound(f"no room {room!r}", "")
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip)
-
-
-class _Moved(Exception):
-    """The ref moved between reading its tip and locking it."""
 
 
 class _TextReader:
