@@ -381,3 +381,46 @@ def test_unreachable_remote_is_a_clear_error(procs, tmp_path):
     rc, out = p.finish()
     assert rc == 4 and out == []
     assert any("cannot reach the hub" in e for e in _drain(p.err))
+
+
+# --- the Claude Code Stop hook (templates/claude-code) -----------------------------------
+HOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "templates", "claude-code", "gitdrop-stop-hook.py")
+
+
+def run_hook(hub, tmp_path, idle, session="s1", **kw):
+    env = dict(os.environ, GITDROP_BIN=f"{PY} -m gitdrop", GITDROP_HUB=hub.path,
+               GITDROP_AGENT="core/spartan", GITDROP_IDLE=str(idle), TMPDIR=str(tmp_path))
+    return subprocess.Popen([PY, HOOK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **kw), \
+        json.dumps({"session_id": session, "hook_event_name": "Stop", "stop_hook_active": True})
+
+
+def test_stop_hook_lets_an_idle_worker_stop_and_keeps_a_busy_one(hub, team, tmp_path):
+    p, stdin = run_hook(hub, tmp_path, 1)
+    out, err = p.communicate(stdin, timeout=30)
+    assert p.returncode == 0 and out == ""  # idle: Claude may stop
+
+    p, stdin = run_hook(hub, tmp_path, 30)
+    p.stdin.write(stdin)
+    p.stdin.close()
+    time.sleep(1.5)
+    assert p.poll() is None  # waiting for work
+    team.send("juno", "spartan", "are you there?")
+    out = p.stdout.read()
+    assert p.wait(30) == 0
+    got = json.loads(out)
+    assert got["decision"] == "block"
+    assert "1 unread message from juno" in got["reason"] and "gitdrop inbox" in got["reason"]
+
+    # the worker does not act on it: the same work comes back; after 3 times, let it stop
+    outs = []
+    for _ in range(3):
+        p, stdin = run_hook(hub, tmp_path, 30)
+        outs.append(p.communicate(stdin, timeout=30))
+    assert [bool(o) for o, _ in outs] == [True, True, False]
+    assert "nothing moves" in outs[-1][1]
+    team.inbox("spartan")  # acting on it resets the count
+    team.send("juno", "spartan", "next")
+    p, stdin = run_hook(hub, tmp_path, 30)
+    assert json.loads(p.communicate(stdin, timeout=30)[0])["decision"] == "block"
