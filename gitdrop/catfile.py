@@ -27,6 +27,7 @@ class CatFile:
         self._out = os.fdopen(self._r, "rb")
         self._commits: dict[str, CommitData] = {}
         self._trees: dict[str, dict] = {}
+        self.walks: dict = {}  # rules' memo of unread walks (keyed by commit ids)
 
     def close(self):
         try:

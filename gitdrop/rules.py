@@ -7,6 +7,7 @@ same verdict. It returns the operation the commit performs (from its
 raises `Refusal` naming the rule, the commit and the fix otherwise.
 """
 
+import bisect
 import time
 
 from . import fmt, machine, model
@@ -300,6 +301,8 @@ def _check_unread_and_loop(before, c, ctx):
     lead = model.is_lead(me, before.room)
     cap, window = s["loop_cap"], s["loop_window"]
     since = c.time - window
+    if cursor and _quick_ok(ctx.reader, c, cursor, lead, cap, window, since):
+        return
     unread, senders, sent, oldest_sent = 0, [], 0, None
     reached = not cursor
     for h in first_parent_walk(ctx.reader, c.parent):
@@ -325,6 +328,63 @@ def _check_unread_and_loop(before, c, ctx):
         _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
                 f"(room cap {cap})", f"wait {wait}s (until {at}) before sending again, or "
                 "ask a lead to raise loop_cap in room.toml")
+
+
+def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
+    """True when the walk above would accept, using a per-process memo on the
+    reader (`reader.walks`, keyed by commit ids, so never stale): for (author,
+    cursor, lead) it keeps, as of a tip T, the unread count from the cursor to T
+    and the author's own message times there. A sender whose cursor lags far
+    behind then walks only what is new since its last check, not back to its
+    cursor. False means "decide the slow way" (a refusal is always worded by
+    the full walk)."""
+    memo = getattr(reader, "walks", None)
+    if memo is None:
+        return False
+    key = (c.author, cursor, lead)
+    got = memo.get(key)
+    unread, own, found, floor, oid = 0, [], False, None, c.parent
+    while oid:
+        if oid == cursor:
+            found = True
+            break
+        if got is not None and oid == got[0]:
+            found, unread, floor, own = got[1], unread + got[2], got[3], got[4] + own
+            break
+        h = reader.commit(oid)
+        if is_message(reader, h):
+            if addressed_to(h, c.author, lead):
+                unread += 1
+            elif h.author == c.author:
+                own.append(h.time)
+        oid = h.parent
+    own.sort()
+    # Own times at or below `floor` are dropped to bound the memo; a window that
+    # reaches below it is decided by the full walk.
+    if own:
+        keep_from = own[-1] - max(3600, 4 * window)
+        if floor is None or keep_from > floor:
+            floor = keep_from
+            own = own[bisect.bisect_right(own, floor):]
+    if len(memo) > 10000:
+        memo.clear()
+    memo[key] = (c.parent, found, unread, floor, own)
+    if unread:
+        return False
+    if not cap:
+        return True
+    if floor is not None and since < floor:
+        return False
+    sent = len(own) - bisect.bisect_right(own, since)
+    oid = cursor if found else ""
+    while oid:  # past the cursor, the walk goes on through the window
+        h = reader.commit(oid)
+        if h.time <= since:
+            break
+        if is_message(reader, h) and h.author == c.author:
+            sent += 1
+        oid = h.parent
+    return sent < cap
 
 
 # --- tasks ------------------------------------------------------------------

@@ -31,6 +31,7 @@ class Reader:
     def __init__(self, repo: pygit2.Repository):
         self.repo = repo
         self._commits: dict[str, CommitData] = {}
+        self.walks: dict = {}  # rules' memo of unread walks (keyed by commit ids)
 
     def commit(self, oid: str) -> CommitData:
         c = self._commits.get(oid)
@@ -190,6 +191,8 @@ class Store:
             else:
                 view = RoomView(self.reader, None, "", room)
             changes, message, result = build(view, tip)
+            if changes and all(view.text(p) == t for p, t in changes.items()):
+                return tip, result  # nothing would change: no commit (a repeated operation)
             when = int(time.time()) if now is None else now
             proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
             if check:
