@@ -157,9 +157,11 @@ class RemoteStore(Store):
             return False
         self._undo(ref, old, new)
         if status == "refused":
-            raise parse_refusal(err) or Refusal(
+            refusal = parse_refusal(err) or Refusal(
                 "remote-refused", f"{public_url(self.url)} refused the push: "
                 f"{_last_lines(err)}", "read the server's message; fix the commit and retry")
+            refusal.from_hub = True
+            raise refusal
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
                           "check the URL, your credentials and that the hub exists")
 
@@ -178,7 +180,17 @@ class RemoteStore(Store):
         return _MirrorLock(self)
 
     def write(self, ref, build, author, *args, **kwargs):
+        """Store.write under the mirror's lock. A refusal or not-found built on a
+        mirror older than this write is checked again on a fresh fetch: only the
+        hub's latest state may refuse (the hook's own verdict is final)."""
         with self.locked():
+            start = time.monotonic()
+            try:
+                return super().write(ref, build, author, *args, **kwargs)
+            except (Refusal, NotFound) as e:
+                if getattr(e, "from_hub", False) or self._fetched >= start:
+                    raise
+            self._fetch()
             return super().write(ref, build, author, *args, **kwargs)
 
     # --- reads fetch first ----------------------------------------------------------

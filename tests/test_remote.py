@@ -168,6 +168,17 @@ def test_writers_sharing_one_mirror_lose_nothing(hub, url, tmp_path):
                                    for i in range(4))
 
 
+def test_a_refusal_from_a_stale_mirror_is_checked_again(hub, url, tmp_path):
+    a, b = client(url, tmp_path, "a", fresh=3600), client(url, tmp_path, "b", fresh=3600)
+    a.room("lobby").register("core/juno", ["lead"])
+    b.refresh()
+    a.room("lobby").register("core/kai")            # b does not know kai yet
+    assert b.room("lobby").send("core/juno", "core/kai", "welcome")["to"] == ["core/kai"]
+    with pytest.raises(Refusal) as e:               # and a real refusal stays one
+        b.room("lobby").send("core/juno", "core/nobody", "hello?")
+    assert e.value.rule == "unknown-recipient"
+
+
 def test_ref_moves_belong_to_the_hub_machine(hub, url, tmp_path):
     h = client(url, tmp_path, "a")
     h.room("lobby").register("core/juno", ["lead"])
