@@ -35,7 +35,8 @@ MAX_INBOX = 100  # check_inbox never returns more than this at once
 NEXT = {
     "unread-before-send": "call check_inbox, then send again",
     "unknown-recipient": "call who for the names here (team/name, @team, or all)",
-    "not-found": "check the name or id (who, list_tasks, list_contracts, list_rooms)",
+    "not-found": "check the name or id (who, list_tasks, list_contracts, list_rooms); "
+                 "if you are the one not registered, call register",
     "ambiguous": "repeat the call with the full name (team/agent)",
     "registered-author": "call register first",
     "room-membership": "ask a lead of the room to call join_room for your team",
@@ -238,7 +239,7 @@ def _message(ev: dict) -> Message:
 def _task(t: dict) -> Task:
     out = {k: t[k] for k in Task.__annotations__ if k in t}
     out["id"] = str(t["id"])
-    out["description"] = t.get("body", "")
+    out["description"] = t.get("body", "").rstrip("\n")
     return out
 
 
