@@ -8,10 +8,10 @@ A local hub is watched with watchdog (inotify). Git stores a ref as a loose file
 from the commits between the tip each subscriber last saw and the new one
 (first-parent walk), never from the file event itself. A remote hub (a git URL)
 has no files to watch: it is followed with `git ls-remote` on a backing-off
-interval and fetched into a local cache where the same computation runs.
+interval and fetched into the same local mirror a RemoteHub uses (gitdrop.remote),
+where the same computation runs on the tips the hub itself advertised.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,8 +20,8 @@ import threading
 import time
 
 from . import events, model
-from .core import Room, default_hub
-from .errors import GitdropError, NotFound
+from .core import default_hub
+from .errors import GitdropError
 from .store import Store
 from .view import first_parent_walk
 
@@ -33,14 +33,9 @@ WALK_CAP = 1000         # commits walked for a subscriber whose base is not foun
 
 
 def is_remote(hub: str) -> bool:
-    """A hub that is not an existing local path is a git URL."""
-    return not os.path.exists(os.path.expanduser(hub))
-
-
-def cache_dir(url: str) -> str:
-    base = os.environ.get("GITDROP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gitdrop")
-    return os.path.join(base, "remotes", hashlib.sha1(url.encode()).hexdigest()[:16] + ".git")
+    """A git URL (scheme:// or scp-like host:path) rather than an existing local path."""
+    from .remote import is_url
+    return is_url(hub) and not os.path.exists(os.path.expanduser(hub))
 
 
 def _git(*args, cwd=None) -> subprocess.CompletedProcess:
@@ -81,19 +76,17 @@ class Notifier:
         self.hub = hub_path or default_hub()
         self.remote = is_remote(self.hub)
         self.poll = poll
-        if self.remote:
-            self.path = cache_dir(self.hub)
-            if not os.path.exists(os.path.join(self.path, "HEAD")):
-                import pygit2
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                pygit2.init_repository(self.path, bare=True)
+        if self.remote:  # the mirror RemoteHub keeps; fetched under its lock
+            from .remote import RemoteStore, mirror_path, public_url
+            self.store = RemoteStore(self.hub, mirror_path(self.hub))
+            self.shown = public_url(self.hub)
         else:
-            self.path = os.path.abspath(os.path.expanduser(self.hub))
-        self.store = Store(self.path)
+            self.store = Store(os.path.expanduser(self.hub))
+            self.shown = self.store.path
+        self.path = self.store.path
         self.git_dir = os.path.normpath(self.store.repo.path)
         self._subs: dict[str, list[_Sub]] = {}
         self._lock = threading.RLock()
-        self._fetch_lock = threading.Lock()
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -104,8 +97,8 @@ class Notifier:
 
     def describe(self) -> str:
         if self.remote:
-            return (f"polling {self.hub} (remote, ls-remote every "
-                    f"{self.poll[0]:g}–{self.poll[1]:g} s, cache {self.path})")
+            return (f"polling {self.shown} (remote, ls-remote every "
+                    f"{self.poll[0]:g}–{self.poll[1]:g} s, mirror {self.path})")
         return f"watching {self.git_dir} (local, inotify)"
 
     # --- subscribers --------------------------------------------------------
@@ -115,7 +108,7 @@ class Notifier:
         with self._lock:
             if self.remote and room not in self._seen_remote:
                 self.sync([room])
-            sub = _Sub(room, agent_id, callback, self.store.tip(self.store.room_ref(room)))
+            sub = _Sub(room, agent_id, callback, self._tip(room))
             self._subs.setdefault(room, []).append(sub)
 
         def unsubscribe():
@@ -129,13 +122,21 @@ class Notifier:
         return unsubscribe
 
     def sync(self, rooms) -> None:
-        """Remote: bring the cache up to date for `rooms` now. Local: nothing to do."""
+        """Remote: learn the hub's tips of `rooms` and fetch their commits now.
+        Local: nothing to do."""
         if not self.remote:
             return
         tips = self._ls_remote(rooms)
-        self._fetch([r for r in rooms if tips.get(r) and
-                     self.store.tip(self.store.room_ref(r)) != tips[r]])
+        if any(oid not in self.store.repo for oid in tips.values()):
+            self.store.refresh(force=True)
         self._seen_remote.update({r: tips.get(r, "") for r in rooms})
+
+    def _tip(self, room: str) -> str:
+        """A room's tip: the hub's own ref, or for a remote hub the tip it advertised
+        (the mirror's ref may hold a local write the hub has not accepted yet)."""
+        if self.remote:
+            return self._seen_remote.get(room, "")
+        return self.store.tip(self.store.room_ref(room))
 
     # --- running --------------------------------------------------------------
     def start(self) -> "Notifier":
@@ -226,7 +227,7 @@ class Notifier:
 
     def _scan_room(self, room, subs):
         reader = self.store.reader
-        tip = self.store.tip(self.store.room_ref(room))
+        tip = self._tip(room)
         if not tip:  # archived, or read mid-rewrite of packed-refs: keep the bases
             return []
         pending = [s for s in subs if s.base != tip]
@@ -262,31 +263,18 @@ class Notifier:
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:
+        from .remote import Unreachable
         refs = [self.store.room_ref(r) for r in rooms]
         p = _git("ls-remote", self.hub, *refs)
         if p.returncode != 0:
-            raise NotFound(f"cannot reach the hub {self.hub}: {p.stderr.strip()[:300]}",
-                           "check the URL (or the path: a local hub must exist)")
+            raise Unreachable(f"cannot reach the hub {self.shown}: {p.stderr.strip()[-300:]}",
+                              "check the URL, your credentials and that the hub exists")
         tips = {}
         for line in p.stdout.splitlines():
             oid, _, ref = line.partition("\t")
             if ref in refs:
                 tips[ref[len(model.ROOM_PREFIX):]] = oid
         return tips
-
-    def _fetch(self, rooms) -> None:
-        if not rooms:
-            return
-        specs = [f"+{self.store.room_ref(r)}:{self.store.room_ref(r)}" for r in rooms]
-        with self._fetch_lock:
-            for attempt in range(5):  # another process may hold a ref lock of the cache
-                p = _git("--git-dir", self.path, "fetch", "-q", "--no-tags",
-                         "--no-write-fetch-head", self.hub, *specs)
-                if p.returncode == 0:
-                    return
-                time.sleep(0.05 * (attempt + 1))
-        raise GitdropError(f"fetch from {self.hub} failed: {p.stderr.strip()[:300]}",
-                           "check the hub is reachable")
 
     def _poll_loop(self) -> None:
         self.interval = self.poll[0]
@@ -296,11 +284,13 @@ class Notifier:
             changed = False
             try:
                 tips = self._ls_remote(rooms) if rooms else {}
-                moved = [r for r in rooms if tips.get(r, "") != self._seen_remote.get(r, "")]
+                moved = {r: tips.get(r, "") for r in rooms
+                         if tips.get(r, "") != self._seen_remote.get(r, "")}
                 if moved:
-                    self._fetch([r for r in moved if tips.get(r) and
-                                 self.store.tip(self.store.room_ref(r)) != tips[r]])
-                    self._seen_remote.update({r: tips.get(r, "") for r in moved})
+                    if any(oid and oid not in self.store.repo for oid in moved.values()):
+                        self.store.refresh(force=True)
+                    with self._lock:
+                        self._seen_remote.update(moved)
                     changed = True
             except GitdropError as e:
                 sys.stderr.write(f"gitdrop: {e.reason}\n")
@@ -313,10 +303,10 @@ class Notifier:
 
 # --- faces: `gitdrop watch` and `gitdrop wait` ------------------------------------
 def _open(hub: str, room: str, agent: str):
+    from .hub import open_hub
     n = Notifier(hub or default_hub())
     n.sync([room])
-    r = Room(Store(n.path), room)
-    r.store.room_tip(room)  # NotFound with a hint
+    r = open_hub(n.hub, create=False).room(room)  # NotFound with a hint
     agent = r.resolve(agent or os.environ.get("GITDROP_AGENT", ""))
     return n, r, agent
 

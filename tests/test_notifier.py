@@ -348,7 +348,7 @@ def test_remote_hub_is_polled_and_wakes_the_waiter(hub, team, procs, tmp_path):
     p = procs("wait", "--hub", url, "--room", "lobby", "--as", "spartan", "--timeout", "30",
               env=env)
     announce = p.ready("waiting for core/spartan")
-    assert f"polling {url} (remote, ls-remote every 0.2–5 s" in announce
+    assert f"polling {url} (remote, ls-remote every 0.2–5 s, mirror {tmp_path}" in announce
     time.sleep(0.5)
     team.send("juno", "spartan", "over the wire")
     rc, out = p.finish()
@@ -357,6 +357,36 @@ def test_remote_hub_is_polled_and_wakes_the_waiter(hub, team, procs, tmp_path):
     rc, out = procs("wait", "--hub", url, "--room", "lobby", "--as", "spartan", "--timeout", "0",
                     env=env).finish()
     assert rc == 0 and "1 unread message from juno" in out[0]
+
+
+@pytest.fixture
+def daemon_url(hub):
+    """The hub served by `git daemon` on 127.0.0.1 (pushes run the hook)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = os.path.dirname(hub.path)
+    d = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
+                          f"--port={port}", f"--base-path={base}", "--export-all",
+                          "--enable=receive-pack", base], stderr=subprocess.DEVNULL)
+    url = f"git://127.0.0.1:{port}/{os.path.basename(hub.path)}"
+    _until(lambda: git("ls-remote", url, check=False).returncode == 0)
+    yield url
+    d.terminate()
+    d.wait(5)
+
+
+def test_remote_wait_over_git_daemon_wakes_on_a_write_from_another_machine(
+        hub, team, procs, daemon_url, tmp_path):
+    from gitdrop.remote import RemoteHub
+    p = procs("wait", "--hub", daemon_url, "--room", "lobby", "--as", "spartan", "--timeout",
+              "30", env={"GITDROP_CACHE": str(tmp_path / "waiter")}, cli=True)
+    assert f"polling {daemon_url} (remote" in p.ready("waiting for core/spartan")
+    other = RemoteHub(daemon_url, cache=str(tmp_path / "sender"))
+    other.room("lobby").send("juno", "spartan", "from afar")  # pushed through the hook
+    rc, out = p.finish()
+    assert rc == 0 and out[0].endswith(": 1 unread message from juno (next: gitdrop inbox)")
 
 
 def test_remote_watch_reports_each_push_once(hub, team, tmp_path, monkeypatch):
@@ -379,8 +409,8 @@ def test_unreachable_remote_is_a_clear_error(procs, tmp_path):
     p = procs("wait", "--hub", "file://" + str(tmp_path / "nope.git"), "--as", "x/y",
               "--timeout", "1", env={"GITDROP_CACHE": str(tmp_path / "cache")})
     rc, out = p.finish()
-    assert rc == 4 and out == []
-    assert any("cannot reach the hub" in e for e in _drain(p.err))
+    assert rc == 7 and out == []  # the `unreachable` error of gitdrop.remote
+    assert any("cannot fetch from file://" in e for e in _drain(p.err))
 
 
 # --- the Claude Code Stop hook (templates/claude-code) -----------------------------------
