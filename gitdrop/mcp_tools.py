@@ -56,7 +56,9 @@ def render_error(e: GitdropError) -> str:
     text = f"REFUSED by rule {e.rule}: {e.reason}"
     if e.commit:
         text += f" [commit {e.commit}]"
-    nxt = e.fix if e.rule == "task-state-machine" and e.fix else NEXT.get(e.rule, e.fix)
+    nxt = e.fix
+    if e.rule in NEXT and e.rule not in ("token", "identity") and (not nxt or "gitdrop " in nxt):
+        nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
     if nxt:
         text += f"\nNext: {nxt}"
     return text
