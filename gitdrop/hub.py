@@ -183,9 +183,12 @@ class Hub:
     @staticmethod
     def leads_of(view: RoomView) -> list[str]:
         """Who acts for a room: the leads of its member teams (room.toml, from the team
-        registry); in a room without any, its registered agents with the lead role."""
-        recorded = sorted(set(view.room["leads"].values()))
-        return recorded or sorted(view.leads())
+        registry), and in an open room or one without those, its registered agents
+        with the lead role (as for room.toml changes in rules.py)."""
+        recorded = set(view.room["leads"].values())
+        if view.room["open"] or not recorded:
+            recorded |= set(view.leads())
+        return sorted(recorded)
 
     def _actor(self, view: RoomView, by: str) -> str:
         """`by` as team/name: a short name resolves among the room's agents and leads."""

@@ -723,8 +723,10 @@ def _check_room_settings(before, c, changes, ctx, op):
     if old["name"] != new["name"] or old["created"] != new["created"]:
         _refuse("format", c, "a room's name and creation time do not change", "")
     _check_leads(c, new)
+    # A closed room with team leads is run by them; a self-declared lead role counts
+    # only in an open room or one without recorded leads.
     recorded = c.author in old["leads"].values()
-    lead = recorded or before.is_lead(c.author)
+    lead = recorded or (before.is_lead(c.author) and (old["open"] or not old["leads"]))
     if not lead and not _self_join(old, new, c.author):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
                 + ("" if old["open"] else " (a closed room: its leads add teams)"),

@@ -219,7 +219,7 @@ def test_unknown_team_refused_at_room_creation(h):
     assert not h.store.tip(model.ROOM_PREFIX + "x")
 
 
-def test_room_settings_only_by_a_lead(proj):
+def test_room_settings_only_by_a_lead(h, proj):
     with pytest.raises(Refusal) as e:
         proj.update_room("core/kai", "room-settings", "cap", settings={"loop_cap": 1})
     assert e.value.rule == "lead-only" and "core/juno" in e.value.fix
@@ -229,6 +229,14 @@ def test_room_settings_only_by_a_lead(proj):
     assert e.value.rule == "lead-only" and "web/ana" in e.value.reason
     proj.update_room("core/juno", "room-settings", "cap", settings={"loop_cap": 5})
     assert proj.view().settings["loop_cap"] == 5
+    # in a closed room with team leads, a self-declared lead role runs nothing
+    proj.register("core/mia", ["lead"])
+    with pytest.raises(Refusal) as e:
+        proj.update_room("core/mia", "room-settings", "cap", settings={"loop_cap": 500})
+    assert e.value.rule == "lead-only"
+    with pytest.raises(Refusal) as e:
+        h.archive_room("proj", "core/mia")
+    assert e.value.rule == "lead-only"
 
 
 # --- the team registry --------------------------------------------------------------------
