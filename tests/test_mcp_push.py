@@ -12,7 +12,8 @@ from mcp_helpers import http_agent, http_server, stdio_agent
 
 from gitdrop import tokens
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.filterwarnings("ignore:resources/subscribe is removed")]
 
 INBOX = "gitdrop://inbox/core/spartan"
 LIMIT = 1.0  # seconds from the push to the notification

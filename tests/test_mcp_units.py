@@ -1,0 +1,108 @@
+"""Pieces of the MCP face without a client: tokens (hashed, outside refs, never in
+history), the size of tools/list per profile, refusals as text an agent acts on."""
+
+import json
+import os
+import stat
+import subprocess
+
+import anyio
+import pytest
+
+from gitdrop import mcp_tools, tokens
+from gitdrop.errors import Refusal
+from gitdrop.mcp_server import build
+
+LIMITS = {"agent": 8000, "all": 16000}
+
+
+def test_tokens_are_stored_hashed_outside_the_refs(hub):
+    tok = tokens.mint(hub.path, "core/juno")
+    assert tok.startswith("gd_") and len(tok) > 40
+    path = tokens.path(hub.path)
+    assert path == os.path.join(hub.path, "gitdrop", "tokens.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    text = open(path).read()
+    assert tok not in text and tokens.digest(tok) in text
+    v = tokens.Verifier(hub.path)
+    assert v.agent(tok) == "core/juno" and v.has("core/juno")
+    assert v.agent("gd_" + "x" * 43) == "" and v.agent("") == ""
+    # nothing about tokens reaches the repository's objects or refs
+    objects = subprocess.run(["git", "--git-dir", hub.path, "cat-file", "--batch-all-objects",
+                              "--batch"], capture_output=True).stdout
+    assert tokens.digest(tok).encode() not in objects and tok.encode() not in objects
+    refs = subprocess.run(["git", "--git-dir", hub.path, "for-each-ref"],
+                          capture_output=True, text=True).stdout
+    assert "token" not in refs
+
+
+def test_tokens_rotate_and_revoke(hub):
+    v = tokens.Verifier(hub.path)
+    old = tokens.mint(hub.path, "core/juno")
+    assert v.agent(old) == "core/juno"
+    new = tokens.mint(hub.path, "core/juno")
+    assert v.agent(old) == "" and v.agent(new) == "core/juno"
+    other = tokens.mint(hub.path, "ops/kilo")
+    assert tokens.revoke(hub.path, "core/juno") is True
+    assert v.agent(new) == "" and v.agent(other) == "ops/kilo"
+    assert tokens.revoke(hub.path, "core/juno") is False
+
+
+def tools_list_json(hub_path, profile) -> tuple[list, str]:
+    async def listed():
+        server, _box, _push = build(hub_path, "lobby", None, "http", profile)
+        return [t.model_dump(by_alias=True, exclude_none=True, mode="json")
+                for t in await server.list_tools()]
+    tools = anyio.run(listed)
+    return tools, json.dumps(tools, separators=(",", ":"))
+
+
+def schema_titles(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "title" and isinstance(v, str):
+                yield v
+            yield from schema_titles(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from schema_titles(v)
+
+
+@pytest.mark.parametrize("profile", mcp_tools.PROFILES)
+def test_tools_list_fits_the_budget(hub, profile):
+    tools, text = tools_list_json(hub.path, profile)
+    assert [t["name"] for t in tools] == mcp_tools.tools_for(profile)
+    assert len(text) < LIMITS.get(profile, LIMITS["all"]), len(text)
+    for t in tools:
+        assert t["description"] and len(t["description"]) < 240, t["name"]
+        assert t["outputSchema"]["type"] == "object", t["name"]  # structured results
+        assert not list(schema_titles(t)), t["name"]  # pydantic's titles cost context
+
+
+def test_all_36_tools_with_the_compat_parameters(hub):
+    tools, _ = tools_list_json(hub.path, "all")
+    params = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
+    assert len(params) == 36
+    # the names agents' prompts already use (shared/COMPAT.md)
+    assert {"agent_name", "role", "description", "team", "token"} <= params["register"]
+    assert {"from_agent", "to_agent", "message", "cc", "task_id", "reply_to"} <= params["send"]
+    assert {"agent_name", "task_id", "status", "assigned_to", "result"} <= params["update_task"]
+    assert {"creator", "title", "description", "assigned_to", "project"} <= params["create_task"]
+    assert {"agent_name", "task_id", "summary", "files_changed", "test_results"} <= \
+        params["submit_for_review"]
+    assert {"from_agent", "message", "agents"} <= params["initiate_handshake"]
+    assert {"agent_name", "name", "type", "spec", "project"} <= params["declare_contract"]
+    assert {"team_name", "leader", "members"} <= params["register_team"]
+    assert {"team_name", "room_name"} <= params["join_room"]
+    assert {"count", "task_id"} <= params["get_history"]
+
+
+def test_refusals_name_the_rule_and_the_next_call():
+    e = Refusal("unread-before-send", "core/juno has 2 unread message(s) (from kilo)",
+                "call check_inbox (gitdrop inbox) first, then send again", commit="abc")
+    text = mcp_tools.render_error(e)
+    assert text.startswith("REFUSED by rule unread-before-send: core/juno has 2 unread")
+    assert "Next: call check_inbox, then send again" in text and "gitdrop inbox" not in text
+    e = Refusal("task-state-machine", "task 3 is pending; start needs assigned",
+                "from pending the legal moves are: assign (→ assigned), claim (→ assigned)")
+    assert "Next: from pending the legal moves are" in mcp_tools.render_error(e)
