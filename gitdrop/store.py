@@ -191,10 +191,15 @@ class Store:
             else:
                 view = RoomView(self.reader, None, "", room)
             changes, message, result = build(view, tip)
-            if changes and all(view.text(p) == t for p, t in changes.items()):
-                return tip, result  # nothing would change: no commit (a repeated operation)
             when = int(time.time()) if now is None else now
             proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
+            if changes and all(view.text(p) == t for p, t in changes.items()):
+                # Nothing would change (a repeated assign, say): the rules still judge
+                # the operation, but an accepted no-op writes no commit.
+                if check:
+                    rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
+                                rules.Ctx(self.reader, when))
+                return tip, result
             if check:
                 chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
                        if view.text(p) != t]
