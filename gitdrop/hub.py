@@ -486,7 +486,8 @@ class Hub:
         ref = (model.ARCHIVE_PREFIX if archived else model.ROOM_PREFIX) + room
         tip = self.store.tip(ref)
         if not tip:
-            raise NotFound(f"no room {room!r}", "")
+            raise NotFound(f"no {'archived ' if archived else ''}room {room!r}",
+                           "list them with gitdrop room list --all")
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip)
 
 
