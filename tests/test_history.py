@@ -1,0 +1,125 @@
+"""The state is the fold of the history: re-checking a room from its first
+commit gives the same verdicts, any past state can be read, and racing writers
+never lose an update."""
+
+import os
+import subprocess
+import sys
+import time
+
+from gitdrop import fmt, model
+from gitdrop.errors import Refusal
+from gitdrop.verify import check_commits
+
+from conftest import git, refused_rule
+
+
+def busy_room(lobby, clone):
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    lobby.register("core/kai", ["coder"])
+    h = lobby.start_handshake("core/juno", "plan", ["core/spartan", "core/kai"])
+    t = lobby.create_task("core/juno", "parser", assignee="core/spartan", handshake=h["id"])
+    lobby.ack_handshake("core/spartan", h["id"])
+    lobby.ack_handshake("core/kai", h["id"])
+    lobby.move_task("core/spartan", t["id"], "start")
+    lobby.send("core/juno", "@core", "go team")
+    lobby.inbox("core/spartan")
+    lobby.send("core/spartan", "juno", "on it", task=t["id"])
+    lobby.declare_contract("core/kai", "api", "GET /x", kind="api_endpoint")
+    lobby.set_context("core/juno", "stack", "python")
+    c = clone("core/kai")
+    c.write("tasks/99.md", fmt.dumps_doc({"id": "99", "title": "by hand", "creator": "core/kai"},
+                                         "body")).commit("hand task")
+    assert c.push()[0]
+    lobby.move_task("core/spartan", t["id"], "submit", note="done")
+    lobby.move_task("core/juno", t["id"], "approve")
+    return t
+
+
+def test_revalidating_from_first_commit_reproduces_verdicts(hub, lobby, clone):
+    busy_room(lobby, clone)
+    verdicts = hub.verify("lobby")
+    logged = [e["op"] for e in lobby.log(1000)]
+    assert [op for _oid, op in verdicts][1:] == [op or "task-create" for op in logged[1:]]
+    assert verdicts[0][1] == "room-create"
+    assert "task-create" in [op for _o, op in verdicts]  # the hand-pushed one, inferred
+
+
+def test_a_refused_commit_stays_refused_as_history_moves_on(hub, lobby, clone):
+    busy_room(lobby, clone)
+    c = clone("core/kai")
+    base = c.head()
+    c.commit(fmt.format_message("hi", "hi", [("op", "send"), ("to", "core/ghost")]),
+             allow_empty=True)
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "unknown-recipient"
+    bad = c.head()
+    lobby.inbox("core/juno")
+    lobby.send("core/juno", "all", "more history")
+    lobby.register("core/ghost")
+    # judged against its own parent, the verdict does not depend on the room's tip
+    git("fetch", "-q", c.path, f"{bad}:refs/gitdrop-test/bad", cwd=hub.path)
+    try:
+        check_commits(hub.store.reader, model.ROOM_PREFIX + "lobby", base, bad)
+        raise AssertionError("accepted")
+    except Refusal as e:
+        assert e.rule == "unknown-recipient"
+
+
+def test_any_past_state_can_be_read(hub, lobby, clone):
+    t = busy_room(lobby, clone)
+    log = lobby.log(1000)
+    before_submit = next(e["id"] for e in log if e["subject"].startswith(
+        f"task {t['id']} in_progress → review"))
+    old = lobby.view(before_submit + "~1")
+    assert old.task(t["id"])[0]["state"] == "in_progress"
+    assert lobby.view().task(t["id"])[0]["state"] == "completed"
+    first = lobby.view(log[0]["id"])
+    assert first.agents() == [] and first.task_ids() == []
+
+
+RACER = r"""
+import sys, time
+from gitdrop.hub import Hub
+from gitdrop.errors import Refusal
+hub, agent, start, tasks = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+room = Hub(hub).room("lobby")
+while time.time() < start:
+    pass
+for t in tasks:
+    try:
+        room.move_task(agent, t, "claim")
+        print(t, "won")
+    except Refusal as e:
+        print(t, "lost", e.reason)
+"""
+
+
+def test_two_processes_claim_one_task_exactly_one_wins(hub, lobby, tmp_path):
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan")
+    lobby.register("core/kai")
+    ids = [lobby.create_task("core/juno", f"t{i}")["id"] for i in range(15)]
+    script = tmp_path / "racer.py"
+    script.write_text(RACER)
+    start = time.time() + 1.0
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, str(script), hub.path, a, str(start), *ids],
+                              stdout=subprocess.PIPE, text=True, env=env)
+             for a in ("core/spartan", "core/kai")]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    results = {}
+    for agent, out in zip(("core/spartan", "core/kai"), outs):
+        for line in out.splitlines():
+            tid, verdict, *why = line.split(" ", 2)
+            results.setdefault(tid, []).append((agent, verdict, why[0] if why else ""))
+    for tid in ids:
+        got = results[tid]
+        winners = [a for a, v, _ in got if v == "won"]
+        assert len(winners) == 1, got
+        loser = [(a, why) for a, v, why in got if v == "lost"]
+        assert len(loser) == 1 and winners[0] in loser[0][1]   # told who won
+        assert lobby.task(tid)["assignee"] == winners[0]
+    claims = [e for e in lobby.log(1000) if e["op"] == "task-claim"]
+    assert len(claims) == len(ids)                               # no lost or double claim
