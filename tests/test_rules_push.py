@@ -293,3 +293,32 @@ def test_view_parses_what_core_writes(team):
     assert got["tags"] == ["a", "b"] and got["priority"] == 3
     assert got["body"].strip() == "body\n\nmore"
     assert view.parse_file("task", team.view().text(f"tasks/{t['id']}.md"))[0]["priority"] == 3
+
+
+def test_protocol_doc_has_the_machine_table():
+    import os
+    from gitdrop import machine
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "PROTOCOL.md")).read()
+    assert machine.table_markdown() in doc
+    for rule in ("registered-author", "room-membership", "linear-history", "one-operation",
+                 "task-state-machine", "unread-before-send", "handshake-ack-once",
+                 "handshake-go", "contract-owner", "contract-version", "size-limit",
+                 "loop-guard", "dual-sign", "unknown-recipient", "lead-only", "clock",
+                 "authenticated-pusher", "format"):
+        assert f"`{rule}`" in doc, rule
+
+
+def test_protocol_doc_by_hand_example_is_accepted(hub, lobby, tmp_path):
+    """The doc's git-only example, run as written against a real hub."""
+    import os
+    import re
+    import subprocess
+    lobby.register("core/spartan")
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "PROTOCOL.md")).read()
+    script = re.search(r"## By hand, with git only\n\n```sh\n(.*?)```", doc, re.S).group(1)
+    script = script.replace("~/.gitdrop/hub.git", hub.path)
+    p = subprocess.run(["bash", "-euc", script], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert lobby.task(42)["title"] == "Write the changelog"
+    assert lobby.inbox("core/spartan")["unread"] == 0
+    assert [e["subject"] for e in lobby.log(2)][-1] == "standup: parser half done"
