@@ -48,7 +48,7 @@ def install_hooks(git_dir: str) -> None:
     for name in HOOKS:
         with open(os.path.join(src, name)) as f:
             text = f.read()
-        text = text.replace("@PYTHON@", os.path.realpath(sys.executable) if False else sys.executable)
+        text = text.replace("@PYTHON@", sys.executable)
         text = text.replace("@GITDROP_PATH@", pkg_parent)
         dest = os.path.join(git_dir, "hooks", name)
         tmp = dest + ".tmp"
