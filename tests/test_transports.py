@@ -7,6 +7,7 @@ refused push that leaves no trace, and two claimers racing for one task."""
 import getpass
 import io
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -384,6 +385,23 @@ def test_two_claimers_one_winner(served, room, team, tmp_path):
     assert served.hub.room(room).task(tid)["assignee"] == won[0]
     assert hubs[lost[0]].store.lost_races >= 1           # its push lost and was redone
     assert hubs[won[0]].store.lost_races == 0
+
+
+def test_the_gitdrop_command_takes_the_url(served, team, tmp_path):
+    env = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_ROOM=team,
+               GITDROP_HUB=served.url("core/juno"))
+    gitdrop = [sys.executable, "-m", "gitdrop"]
+
+    def run(*args):
+        p = subprocess.run(gitdrop + list(args) + ["--json"], env=env, capture_output=True,
+                           text=True, timeout=60, cwd=ROOT)
+        return p.returncode, json.loads(p.stdout)
+    code, out = run("--as", "core/juno", "send", "spartan", "-m", "from the shell")
+    assert code == 0 and out["to"] == ["core/spartan"]
+    assert served.hub.room(team).inbox("core/spartan", peek=True)["unread"] == 1
+    if served.authenticates:
+        code, out = run("--as", "core/spartan", "status", "pretending")
+        assert (code, out["rule"]) == (3, "authenticated-pusher")
 
 
 # --- what only one transport has --------------------------------------------------
