@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import COMMON, PlainGroup, Scope
+from .cli_base import COMMON, PlainGroup, Scope, error_doc
+from .errors import UsageError
 
 # command -> (module, group?, help panel); the order is the order of --help.
 COMMANDS = {
@@ -98,12 +99,11 @@ def top(ctx: typer.Context,
     ctx.obj = Scope(hub, room, as_, json_)
 
 
-def _usage_json(argv, err) -> None:
+def _usage_json(err) -> None:
     """A usage error under --json still prints one JSON document."""
     import json
-    msg = err.format_message() if hasattr(err, "format_message") else str(err)
-    print(json.dumps({"ok": False, "error": "usage", "rule": "usage", "reason": msg,
-                      "fix": "see gitdrop --help", "commit": "", "exit_code": 2}))
+    reason = err.format_message() if hasattr(err, "format_message") else str(err)
+    print(json.dumps(error_doc(UsageError(reason, "see gitdrop --help"))))
 
 
 def main(argv=None) -> None:
@@ -121,7 +121,7 @@ def main(argv=None) -> None:
         if not (hasattr(e, "show") and hasattr(e, "exit_code")):
             raise
         if "--json" in argv:
-            _usage_json(argv, e)
+            _usage_json(e)
         e.show()
         sys.exit(e.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .errors import GitdropError, UsageError
+from .errors import GitdropError, Refusal, UsageError
 
 PANEL = "Who, where and how"
 ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
@@ -144,10 +144,23 @@ class Scope:
 
     def fail(self, err: GitdropError) -> "typer.Exit":
         if self.json:
-            print(json.dumps(dict({"ok": False, "exit_code": err.exit_code}, **err.to_dict()),
-                             ensure_ascii=False))
-        print(paint(err.render(), "red", sys.stderr), file=sys.stderr)
+            print(json.dumps(error_doc(err), ensure_ascii=False))
+        print(paint(render(err), "red", sys.stderr), file=sys.stderr)
         return typer.Exit(err.exit_code)
+
+
+def error_doc(err: GitdropError) -> dict:
+    return dict({"ok": False, "exit_code": err.exit_code}, **err.to_dict())
+
+
+def render(err: GitdropError) -> str:
+    """A refusal names its rule and commit; other errors say what kind they are."""
+    if isinstance(err, Refusal):
+        return err.render()
+    lines = [f"gitdrop: {err.rule}", f"  why: {err.reason}"]
+    if err.fix:
+        lines.append(f"  fix: {err.fix}")
+    return "\n".join(lines)
 
 
 def merged(ctx, **given) -> Scope:

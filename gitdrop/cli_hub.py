@@ -7,7 +7,6 @@ import typer
 
 from .cli_base import Scope, ago, command, paint, short_id, split_list, sub_app, table
 from .errors import UsageError
-from .model import ARCHIVE_PREFIX
 
 app = typer.Typer(add_completion=False)
 team_app = sub_app("team", "Teams: a lead and members, shared by every room of the hub.")
@@ -15,14 +14,6 @@ room_app = sub_app("room", "Rooms: one branch each; create, list, join, archive,
 
 RoomArg = Annotated[Optional[str], typer.Argument(
     help="The room (default: --room / GITDROP_ROOM / lobby).", show_default=False)]
-
-
-def _by(s: Scope, room: str = "") -> str:
-    """The acting agent as team/name (archived rooms cannot resolve short names)."""
-    agent = s.agent
-    if "/" in agent or not room:
-        return agent
-    return s.hub.room(room).resolve(agent)
 
 
 # --- teams ------------------------------------------------------------------------
@@ -121,7 +112,7 @@ TeamOpt = Annotated[str, typer.Option("--team", "-t", help="The team (default: y
 
 @command(room_app, "join")
 def room_join(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
-    """Add a team to a room (its lead, or a lead of the room)."""
+    """Add a team to a room (a lead of the room; in an open room, the team's lead)."""
     room = name or s.room_name
     r = s.hub.join_room(_team_of(s, team), room, s.agent_value)
     s.emit(r, f"team {r['team']} {'joined' if r['joined'] else 'was already in'} {room}")
@@ -131,7 +122,7 @@ def room_join(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
 def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
     """Take a team out of a room (a lead)."""
     room = name or s.room_name
-    r = s.hub.leave_room(_team_of(s, team), room, _by(s, room))
+    r = s.hub.leave_room(_team_of(s, team), room, s.agent_value)
     s.emit(r, f"team {r['team']} left {room}")
 
 
@@ -139,7 +130,7 @@ def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
 def room_archive(s: Scope, name: RoomArg = None):
     """Archive a room: its branch leaves the active rooms, its history stays (a lead)."""
     room = name or s.room_name
-    r = s.hub.archive_room(room, _by(s, room))
+    r = s.hub.archive_room(room, s.agent)
     s.emit(r, f"room {room} archived (tip {short_id(r['tip'])}); gitdrop room restore {room} "
               "brings it back")
 
@@ -157,16 +148,16 @@ def room_pin(s: Scope, name: RoomArg = None,
              unpin: Annotated[bool, typer.Option("--unpin", help="Remove the pin.")] = False):
     """Pin a room: it is never archived for idleness nor expired (a lead)."""
     room = name or s.room_name
-    archived = room in s.hub.store.rooms(prefix=ARCHIVE_PREFIX)
-    by = s.agent if archived else _by(s, room)
-    r = s.hub.pin_room(room, by, pinned=not unpin)
+    r = s.hub.pin_room(room, s.agent, pinned=not unpin)
     s.emit(r, f"room {room} {'pinned' if r['pinned'] else 'unpinned'}")
 
 
 @command(room_app, "destroy")
 def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")],
                  yes: Annotated[bool, typer.Option("--yes", help="Yes, destroy it.")] = False):
-    """Delete a room and its history for good (a lead; asks twice: --yes and a prompt)."""
+    """Delete a room and its history for good (asks twice: --yes and a prompt).
+
+    Every member team's lead must agree; each call records one consent."""
     if not yes:
         raise UsageError(f"destroying {name} deletes its whole history",
                          f"if you mean it: gitdrop room destroy {name} --yes (then confirm)")
@@ -176,9 +167,12 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
     answer = sys.stdin.readline() if sys.stdin is not None else ""
     if answer.strip() != name:
         raise UsageError("not confirmed; nothing was destroyed", "type the room's exact name")
-    by = by if "/" in by else _by(s, name)
     r = s.hub.destroy_room(name, by)
-    s.emit(r, f"room {name} destroyed (its last tip was {short_id(r['tip'])})")
+    if r.get("destroyed"):
+        s.emit(r, f"room {name} destroyed (its last tip was {short_id(r['tip'])})")
+    else:
+        s.emit(r, f"your consent to destroy {name} is recorded; waiting for "
+                  f"{', '.join(r.get('waiting_for', []))}")
 
 
 # --- upkeep -----------------------------------------------------------------------

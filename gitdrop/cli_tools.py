@@ -5,7 +5,7 @@ only when the command runs: `import mcp` alone costs most of a second.
 """
 
 import enum
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -29,15 +29,16 @@ class Tools(str, enum.Enum):
 def watch(s: Scope):
     """Print what arrives for you, as it arrives (until Ctrl-C)."""
     from .notifier import run_watch
-    raise typer.Exit(run_watch(s.hub, s.room_name, s.agent, s.json))
+    raise typer.Exit(run_watch(s.hub_value, s.room_name, s.agent, s.json))
 
 
 @command(app, "wait")
-def wait(s: Scope, timeout: Annotated[float, typer.Option(
-        "--timeout", help="Give up after this many seconds (exit 124); 0: wait forever.")] = 0):
-    """Block until something arrives for you, print it, and exit."""
+def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", help="Give up after this many seconds (exit 124). Default: no limit.",
+        show_default=False)] = None):
+    """Block until something waits for you (at once if it already does), print it, exit."""
     from .notifier import run_wait
-    raise typer.Exit(run_wait(s.hub, s.room_name, s.agent, timeout, s.json))
+    raise typer.Exit(run_wait(s.hub_value, s.room_name, s.agent, timeout, s.json))
 
 
 @command(app, "serve")

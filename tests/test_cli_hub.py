@@ -1,0 +1,136 @@
+"""The hub's commands through the real `gitdrop` entry point: teams, the lifecycle
+of rooms, reap and verify."""
+
+import pygit2
+import pytest
+
+from cli_helpers import Gitdrop
+from conftest import git
+from gitdrop import fmt, model
+from gitdrop.store import signature
+
+DAY = 86400
+
+
+@pytest.fixture
+def gd(hub, tmp_path):
+    return Gitdrop(hub.path, str(tmp_path / "home"))
+
+
+def test_teams_create_list_and_only_the_lead_changes_one(gd):
+    doc = gd.js("team", "create", "core", "--lead", "juno", "--member", "spartan,ada")
+    assert doc["team"]["lead"] == "core/juno"
+    assert doc["team"]["members"] == ["core/ada", "core/juno", "core/spartan"]
+    gd.ok("team", "create", "web", "--lead", "web/lin")
+    teams = {t["name"]: t for t in gd.js("team", "list")["teams"]}
+    assert set(teams) == {"core", "web"}
+    assert "core/juno" in gd.ok("team", "list").out
+    gd.refused(3, "lead-only", "--as", "web/lin", "team", "create", "core", "--lead", "lin")
+    again = gd.js("--as", "core/juno", "team", "create", "core", "--lead", "juno", "-m", "kai")
+    assert "core/kai" in again["team"]["members"]
+
+
+def test_room_create_list_show_join_leave(gd, hub):
+    hub.register_team("core", "core/juno")
+    hub.register_team("web", "web/lin")
+    doc = gd.js("--as", "core/juno", "room", "create", "sprint", "--team", "core")
+    assert doc["teams"] == ["core"] and doc["open"] is False
+    gd.refused(3, "format", "room", "create", "sprint")  # exists
+    gd.refused(2, "usage", "room", "create", "bad name")
+    names = [r["room"] for r in gd.js("room", "list")["rooms"]]
+    assert names == ["lobby", "sprint"]
+    assert "sprint" in gd.ok("room", "list").out
+    gd.ok("--room", "sprint", "register", "core/juno", "--role", "lead")
+    # web is not a member: its agents cannot register
+    gd.refused(3, "room-membership", "--room", "sprint", "register", "web/kai")
+    joined = gd.js("--as", "core/juno", "room", "join", "sprint", "--team", "web")
+    assert joined["joined"] is True
+    assert [r["room"] for r in gd.js("room", "list", "--team", "web")["rooms"]] == ["sprint"]
+    gd.ok("--room", "sprint", "register", "web/kai")
+    st = gd.js("room", "show", "sprint")["room"]
+    assert st["teams"] == ["core", "web"] and "web/kai" in st["agents"]
+    assert "web/kai" in gd.ok("--room", "sprint", "room", "show").out
+    gd.js("--as", "core/juno", "room", "leave", "sprint", "--team", "web")
+    assert gd.js("room", "show", "sprint")["room"]["teams"] == ["core"]
+    gd.refused(2, "usage", "room", "leave", "sprint")  # which team?
+
+
+def test_archive_pin_restore_and_who_may(gd, hub, lobby):
+    hub.register_team("core", "core/juno")
+    hub.create_room("core/juno", "old", ["core"])
+    room = hub.room("old")
+    room.register("core/juno", ["lead"])
+    room.register("core/kai", [])
+    gd.refused(3, "lead-only", "--as", "core/kai", "room", "archive", "old")
+    doc = gd.js("--as", "juno", "--room", "old", "room", "archive")
+    assert doc["archived"] is True
+    assert [r["room"] for r in gd.js("room", "list")["rooms"]] == ["lobby"]
+    everything = {r["room"]: r for r in gd.js("room", "list", "--all")["rooms"]}
+    assert everything["old"]["status"] == "archived"
+    assert [r["room"] for r in gd.js("room", "list", "--archived")["rooms"]] == ["old"]
+    # archived history stays readable with plain git
+    assert "core/kai" in git("--git-dir", hub.path, "log", "--format=%an",
+                             model.ARCHIVE_PREFIX + "old").stdout
+    assert gd.js("--as", "core/juno", "room", "pin", "old")["pinned"] is True
+    assert gd.js("room", "list", "--archived")["rooms"][0]["pinned"] is True
+    gd.js("--as", "core/juno", "room", "restore", "old")
+    assert "old" in [r["room"] for r in gd.js("room", "list")["rooms"]]
+    assert gd.js("--as", "core/juno", "room", "pin", "old", "--unpin")["pinned"] is False
+
+
+def test_destroy_asks_twice_and_only_leads_may(gd, hub):
+    hub.register_team("core", "core/juno")
+    hub.create_room("core/juno", "tmp", ["core"])
+    hub.room("tmp").register("core/juno", ["lead"])
+    hub.room("tmp").register("core/kai", [])
+    r = gd("--as", "core/juno", "room", "destroy", "tmp")  # no --yes
+    assert r.rc == 2 and "--yes" in r.err
+    r = gd("--as", "core/juno", "room", "destroy", "tmp", "--yes", input="lobby\n")
+    assert r.rc == 2 and "not confirmed" in r.err
+    r = gd("--as", "core/juno", "room", "destroy", "tmp", "--yes", input="")
+    assert r.rc == 2
+    assert "tmp" in [x["room"] for x in gd.js("room", "list")["rooms"]]
+    gd.refused(3, "lead-only", "--as", "core/kai", "room", "destroy", "tmp", "--yes",
+               input="tmp\n")
+    doc = gd.js("--as", "core/juno", "room", "destroy", "tmp", "--yes", input="tmp\n")
+    assert doc["destroyed"] is True
+    assert "tmp" not in [x["room"] for x in gd.js("room", "list", "--all")["rooms"]]
+    assert git("--git-dir", hub.path, "rev-parse", "--verify", "-q", "rooms/tmp",
+               check=False).returncode != 0
+
+
+def test_reap_expires_old_archives_but_spares_pinned(gd, hub):
+    hub.register_team("core", "core/juno")
+    for name in ("a", "b"):
+        hub.create_room("core/juno", name, ["core"])
+        hub.room(name).register("core/juno", ["lead"])
+        hub.archive_room(name, "core/juno")
+    hub.pin_room("b", "core/juno")
+    git("--git-dir", hub.path, "config", "gitdrop.archiveExpiryDays", "30")
+    soon = gd.js("reap")
+    assert soon["destroyed"] == [] and soon["archived"] == []
+    later = gd.js("reap", "--now", str(hub.clock() + 31 * DAY))
+    assert later["destroyed"] == ["a"]
+    left = [r["room"] for r in gd.js("room", "list", "--all")["rooms"]]
+    assert "a" not in left and "b" in left
+    out = gd.ok("reap", "--now", str(hub.clock() + 31 * DAY)).out  # b is pinned: spared
+    assert "archived: none; destroyed: none" in out
+
+
+def test_verify_replays_a_room_and_names_a_bad_commit(gd, hub, lobby):
+    lobby.register("core/juno", ["lead"])
+    lobby.send("core/juno", "all", "hello")
+    doc = gd.js("verify")
+    assert doc["verified"] is True and doc["commits"] == 3
+    assert "3 commits" in gd.ok("verify", "lobby").out
+    gd.refused(4, "not-found", "verify", "nowhere")
+    # a commit slipped past the rules (written straight into the repository)
+    repo = pygit2.Repository(hub.path)
+    ref = repo.references[model.ROOM_PREFIX + "lobby"]
+    tip = repo[ref.target]
+    sig = signature("core/ghost", tip.commit_time + 1)
+    bad = repo.create_commit(None, sig, sig, fmt.format_message(
+        "ghost → all: boo", "boo", [("op", "send"), ("to", "all")]), tip.tree_id, [tip.id])
+    ref.set_target(bad)
+    doc = gd.refused(3, "registered-author", "verify")
+    assert str(bad)[:12] in doc["commit"]
