@@ -9,6 +9,7 @@ as the same Refusal while the local ref is put back.
 """
 
 import hashlib
+import math
 import os
 import re
 import time
@@ -86,7 +87,7 @@ class RemoteStore(Store):
         self.url = url
         self.fresh = fresh
         self.lost_races = 0   # pushes redone because someone else wrote first
-        self._fetched = 0.0
+        self._fetched = -math.inf
         self._mutex = threading.RLock()
         self._depth = 0
         self._lockf = None
@@ -162,6 +163,7 @@ class RemoteStore(Store):
                 f"{_last_lines(err)}", "read the server's message; fix the commit and retry")
             refusal.from_hub = True
             raise refusal
+        self._fetched = -math.inf   # it may have landed: the next read (a retry's) fetches
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
                           "check the URL, your credentials and that the hub exists")
 
@@ -282,7 +284,6 @@ def _make_mirror(path: str, url: str) -> None:
     tmp = tempfile.mkdtemp(prefix=".new-", dir=os.path.dirname(path))
     repo = pygit2.init_repository(tmp, bare=True, initial_head="hub")
     repo.config["gitdrop.url"] = public_url(url)
-    repo.config["gc.auto"] = "0"
     try:
         os.rename(tmp, path)
     except OSError:   # another process made it first

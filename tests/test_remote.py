@@ -179,6 +179,25 @@ def test_a_refusal_from_a_stale_mirror_is_checked_again(hub, url, tmp_path):
     assert e.value.rule == "unknown-recipient"
 
 
+def test_a_push_whose_answer_was_lost_is_applied_once(hub, url, tmp_path):
+    h = client(url, tmp_path, "a", fresh=3600)
+    for who in ("core/juno", "core/kai"):
+        h.room("lobby").register(who)
+    # The hub takes the push, then its receive-pack dies before it answers.
+    hook = os.path.join(hub.path, "hooks", "reference-transaction")
+    with open(hook, "w") as f:
+        f.write(f"#!/bin/sh\n[ \"$1\" = committed ] && [ ! -e {tmp_path}/died ] && "
+                f"touch {tmp_path}/died && kill -9 $PPID\nexit 0\n")
+    os.chmod(hook, 0o755)
+    with pytest.raises(Unreachable):
+        h.room("lobby").send("core/juno", "core/kai", "once", key="msg-1")
+    landed = hub.store.room_tip("lobby")
+    assert hub.store.reader.commit(landed).body.strip() == "once"
+    again = h.room("lobby").send("core/juno", "core/kai", "once", key="msg-1")
+    assert again.get("replayed") is True and again["commit"] == landed, (again, landed, hub.room("lobby").log(5))
+    assert hub.store.room_tip("lobby") == landed
+
+
 def test_ref_moves_belong_to_the_hub_machine(hub, url, tmp_path):
     h = client(url, tmp_path, "a")
     h.room("lobby").register("core/juno", ["lead"])
