@@ -106,3 +106,23 @@ def test_refusals_name_the_rule_and_the_next_call():
     e = Refusal("task-state-machine", "task 3 is pending; start needs assigned",
                 "from pending the legal moves are: assign (→ assigned), claim (→ assigned)")
     assert "Next: from pending the legal moves are" in mcp_tools.render_error(e)
+
+
+def test_client_templates_parse_and_name_the_server():
+    import tomllib
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+    for name in ("claude-code.mcp.json", "claude-code-http.mcp.json", "gemini-settings.json",
+                 "gemini-settings-http.json"):
+        with open(os.path.join(root, name)) as f:
+            server = json.load(f)["mcpServers"]["gitdrop"]
+        assert server.get("args", ["serve"])[0] == "serve" or "url" in server or \
+            "httpUrl" in server, name
+    with open(os.path.join(root, "codex-config.toml"), "rb") as f:
+        assert tomllib.load(f)["mcp_servers"]["gitdrop"]["args"][0] == "serve"
+    for role in ("lead", "coder", "reviewer"):
+        with open(os.path.join(root, "prompts", f"{role}.md")) as f:
+            text = f.read()
+        assert "register" in text and "check_inbox" in text
+        for tool in ("ack_handshake", "submit_for_review", "approve_task", "initiate_handshake"):
+            if tool in text:
+                assert tool in mcp_tools.TOOLS

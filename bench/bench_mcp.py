@@ -1,0 +1,142 @@
+"""Round trip of the MCP tools `send` and `check_inbox` through the real SDK client,
+over stdio (one server process per agent) and streamable HTTP (one server, bearer
+tokens), on the current protocol and the legacy one; the same verbs called
+in-process on the core in the same run are the baseline. Also the size of
+tools/list per profile.
+
+    python bench/bench_mcp.py [--rounds 200] [--fsync on|off|both]
+
+Two agents talk ping-pong (a sends to b, b reads, b sends to a, a reads), so each
+read finds one new message and every send passes the unread check, as in a real
+conversation. The room's loop guard is off (settings loop_cap = 0).
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+
+import anyio
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+from gitdrop import hub as hubmod, mcp_tools, tokens  # noqa: E402
+from mcp_helpers import http_agent, http_server, stdio_agent, together  # noqa: E402
+
+COMMAND = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+A, B = "core/ada", "core/bob"
+
+
+def make_hub(fsync: bool) -> str:
+    path = os.path.join(tempfile.mkdtemp(prefix="gitdrop-bench-"), "hub.git")
+    h = hubmod.init(path, room="", fsync=fsync)
+    h.create_room("hub/admin", "lobby", settings={"loop_cap": 0})
+    r = h.room("lobby")
+    r.register(A, ["lead"])
+    r.register(B, [])
+    return path
+
+
+def stats(samples: list[float]) -> str:
+    s = sorted(samples)
+    p99 = s[min(len(s) - 1, int(len(s) * 0.99))]
+    return f"median {statistics.median(s) * 1e3:6.2f} ms  p99 {p99 * 1e3:6.2f} ms  (n={len(s)})"
+
+
+def report(label: str, times: dict, base: dict | None = None) -> None:
+    for verb in ("send", "check_inbox"):
+        ratio = ""
+        if base:
+            ratio = f"  = {statistics.median(times[verb]) / statistics.median(base[verb]):.1f}x core"
+        print(f"  {label:<28} {verb:<12} {stats(times[verb])}{ratio}")
+
+
+def core_baseline(path: str, rounds: int) -> dict:
+    r = hubmod.Hub(path).room("lobby")
+    times = {"send": [], "check_inbox": []}
+    for i in range(rounds):
+        for me, other in ((A, B), (B, A)):
+            t = time.perf_counter()
+            r.send(me, other, f"ping {i}")
+            times["send"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            got = r.inbox(other, 20)
+            times["check_inbox"].append(time.perf_counter() - t)
+            assert len(got["messages"]) == 1, got
+    return times
+
+
+async def ping_pong(a, b, rounds: int) -> dict:
+    times = {"send": [], "check_inbox": []}
+    for i in range(rounds):
+        for me, other, other_name in ((a, b, B), (b, a, A)):
+            t = time.perf_counter()
+            await me.ok("send", to_agent=other_name, message=f"ping {i}")
+            times["send"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            got = await other.ok("check_inbox")
+            times["check_inbox"].append(time.perf_counter() - t)
+            assert len(got["messages"]) == 1, got
+    return times
+
+
+async def over_stdio(path: str, mode: str, rounds: int) -> dict:
+    async with together(stdio_agent(path, A, mode), stdio_agent(path, B, mode)) as (a, b):
+        await ping_pong(a, b, 5)  # warm up
+        return await ping_pong(a, b, rounds)
+
+
+async def over_http(url: str, path: str, mode: str, rounds: int) -> dict:
+    ta, tb = tokens.mint(path, A), tokens.mint(path, B)
+    async with http_agent(url, A, mode, token=ta) as a, http_agent(url, B, mode, token=tb) as b:
+        await ping_pong(a, b, 5)
+        return await ping_pong(a, b, rounds)
+
+
+def tools_list_sizes() -> None:
+    from gitdrop.mcp_server import build
+    path = make_hub(False)
+
+    async def sizes():
+        for profile in mcp_tools.PROFILES:
+            server, _box, _push = build(path, "lobby", None, "http", profile)
+            tools = [t.model_dump(by_alias=True, exclude_none=True, mode="json")
+                     for t in await server.list_tools()]
+            text = json.dumps(tools, separators=(",", ":"))
+            print(f"  --tools {profile:<6} {len(tools):2d} tools  {len(text):6,d} characters "
+                  "of compact JSON")
+    anyio.run(sizes)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=200)
+    p.add_argument("--fsync", choices=["on", "off", "both"], default="both")
+    a = p.parse_args()
+    print(f"command: {COMMAND}")
+    print("tools/list size per profile (limits: agent < 8,000, all < 16,000):")
+    tools_list_sizes()
+    for fsync in ([True, False] if a.fsync == "both" else [a.fsync == "on"]):
+        path = make_hub(fsync)
+        print(f"\nround trips, hub with gitdrop.fsync={'true' if fsync else 'false'} "
+              f"({a.rounds} ping-pong rounds: {2 * a.rounds} calls of each tool):")
+        base = core_baseline(path, a.rounds)
+        report("core in-process (baseline)", base)
+        for mode in ("auto", "legacy"):
+            proto = "2026-07-28" if mode == "auto" else "2025-11-25"
+            report(f"stdio {proto}", anyio.run(over_stdio, path, mode, a.rounds), base)
+        with http_server(path, tools="agent") as url:
+            for mode in ("auto", "legacy"):
+                proto = "2026-07-28" if mode == "auto" else "2025-11-25"
+                report(f"http {proto}", anyio.run(over_http, url, path, mode, a.rounds), base)
+    print("\nreference system: send 8.3 ms over stdio; target here: median under 3 ms over stdio")
+
+
+if __name__ == "__main__":
+    main()
