@@ -195,6 +195,10 @@ class RemoteStore(Store):
             self._fetch()
             return super().write(ref, build, author, *args, **kwargs)
 
+    def write_many(self, ref, ops, *args, **kwargs):
+        with self.locked():
+            return super().write_many(ref, ops, *args, **kwargs)
+
     # --- reads fetch first ----------------------------------------------------------
     def room_tip(self, room: str) -> str:
         self.refresh()
