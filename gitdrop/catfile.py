@@ -109,6 +109,10 @@ class CatFile:
         got = self.raw(entry[1])
         return got[1] if got and got[0] == "blob" else None
 
+    def blob_id(self, tree: str, path: str) -> str | None:
+        entry = self._entry(tree, path)
+        return None if entry is None or entry[0] == "40000" else entry[1]
+
     def list_dir(self, tree: str, directory: str) -> list[str]:
         if directory:
             entry = self._entry(tree, directory)

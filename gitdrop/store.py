@@ -6,15 +6,17 @@ rebuilds on the new tip and checks again.
 """
 
 import os
+import random
 import time
 
 import pygit2
 
-from . import model, rules
-from .errors import Conflict, NotFound, Refusal
+from . import durable, model, rules
+from .errors import Conflict, GitdropError, NotFound, Refusal
 from .view import CommitData, RoomView
 
 ZERO = "0" * 40
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _FSYNC = None
 
 
@@ -52,6 +54,13 @@ class Reader:
         if entry.type_str != "blob":
             return None
         return self.repo[entry.id].data
+
+    def blob_id(self, tree: str, path: str) -> str | None:
+        try:
+            entry = self.repo[tree][path]
+        except KeyError:
+            return None
+        return str(entry.id) if entry.type_str == "blob" else None
 
     def list_dir(self, tree: str, directory: str) -> list[str]:
         try:
@@ -115,6 +124,7 @@ class Store:
         cfg = self.repo.config
         fsync = cfg["gitdrop.fsync"] if "gitdrop.fsync" in cfg else "true"
         set_fsync(fsync != "false")
+        self.batch = fsync != "false" and _batch_ok(cfg, self.path)
 
     # --- refs ---------------------------------------------------------------
     def room_ref(self, room: str) -> str:
@@ -148,12 +158,15 @@ class Store:
             raise NotFound(f"no commit {rev!r}", "give a commit id from gitdrop log") from None
 
     # --- writing ----------------------------------------------------------------
-    def _tree_with(self, base: str | None, changes: dict[str, str | None]) -> str:
-        """A new tree: `base` with each path set to its text, or removed when None."""
+    def _tree_with(self, base: str | None, changes: dict[str, str | None], w=None) -> str:
+        """A new tree: `base` with each path set to its text, or removed when None.
+        With a durable.Writer `w`, the objects are written by it (batch durability)."""
         groups: dict[str, dict] = {}
         for path, text in changes.items():
             head, sep, rest = path.partition("/")
             groups.setdefault(head, {})[rest if sep else None] = text
+        if w is not None:
+            return self._tree_by(w, base, groups)
         tb = self.repo.TreeBuilder(self.repo[base]) if base else self.repo.TreeBuilder()
         for head, sub in groups.items():
             if None in sub:  # a file directly here
@@ -174,6 +187,26 @@ class Store:
                 tb.insert(head, new_sub, pygit2.GIT_FILEMODE_TREE)
         return str(tb.write())
 
+    def _tree_by(self, w, base: str | None, groups: dict) -> str:
+        entries = {e.name: (e.name, e.filemode, str(e.id)) for e in self.repo[base]} \
+            if base else {}
+        for head, sub in groups.items():
+            if None in sub:
+                text = sub[None]
+                if text is None:
+                    entries.pop(head, None)
+                else:
+                    entries[head] = (head, pygit2.GIT_FILEMODE_BLOB, w.blob(text.encode()))
+                continue
+            existing = entries.get(head)
+            sub_base = existing[2] if existing and existing[1] == pygit2.GIT_FILEMODE_TREE else None
+            new_sub = self._tree_with(sub_base, sub, w)
+            if new_sub == EMPTY_TREE:
+                entries.pop(head, None)
+            else:
+                entries[head] = (head, pygit2.GIT_FILEMODE_TREE, new_sub)
+        return w.tree(entries.values())
+
     def write(self, ref: str, build, author: str, now: int | None = None,
               check: bool = True, tries: int = 20):
         """Append one commit to `ref` with CAS.
@@ -182,42 +215,80 @@ class Store:
         raises a Refusal. It is called again on a rebuilt view after a lost race,
         so a check against the state (a claim of a claimed task) sees the winner.
         """
+        out = self._write_all(ref, [(build, author)], now, check, tries, raise_first=True)
+        return out[0]
+
+    def write_many(self, ref: str, ops, now: int | None = None, check: bool = True,
+                   tries: int = 20) -> list:
+        """Group commit: `ops` is [(build, author)]. Each operation becomes its own
+        commit, built on and checked against the one before it; the ref moves once
+        (CAS), so the durable cost is paid once. Returns, per operation, (commit,
+        result) or the GitdropError that refused it (a refused operation leaves no
+        commit; the others still go in). After a lost race all are rebuilt."""
+        return self._write_all(ref, list(ops), now, check, tries, raise_first=False)
+
+    def _write_all(self, ref, ops, now, check, tries, raise_first):
         room = ref.rpartition("/")[2]
-        for _ in range(tries):
-            tip = self.tip(ref)
-            if tip:
-                tc = self.reader.commit(tip)
-                view = RoomView(self.reader, tc.tree, tip, room)
-            else:
-                view = RoomView(self.reader, None, "", room)
-            changes, message, result = build(view, tip)
-            when = int(time.time()) if now is None else now
-            proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
-            if changes and all(view.text(p) == t for p, t in changes.items()):
-                # Nothing would change (a repeated assign, say): the rules still judge
-                # the operation, but an accepted no-op writes no commit.
-                if check:
-                    rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
-                                rules.Ctx(self.reader, when))
-                return tip, result
-            if check:
-                chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
-                       if view.text(p) != t]
-                op = rules.check(view, proposed, chs, rules.Ctx(self.reader, when))
-            else:
-                op = ""
-            tree = self._tree_with(view.tree, changes) if changes else \
-                (view.tree or self._tree_with(None, {}))
-            sig = signature(author, when)
-            oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
-                                          [pygit2.Oid(hex=tip)] if tip else [])
-            if self._cas(ref, tip, oid, op or "write"):
-                if self.publish is None or self.publish(ref, tip, str(oid)):
-                    return str(oid), result
+        for attempt in range(tries):
+            if attempt:  # lost a race: let the winner finish (its lock, its fsync)
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+            start = tip = self.tip(ref)
+            w = durable.Writer(self.path, "batch") if self.batch else None
+            out, why = [], ""
+            for build, author in ops:
+                try:
+                    oid, result, op = self._one(room, tip, build, author, now, check, w)
+                except GitdropError as e:
+                    if raise_first:
+                        raise
+                    out.append(e)
+                    continue
+                if oid != tip:
+                    tip, why = oid, why or op
+                out.append((oid, result))
+            if tip == start or self._cas(ref, start, tip, why or "write", w):
+                if tip == start or self.publish is None or self.publish(ref, start, tip):
+                    return out
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
 
-    def _cas(self, ref: str, expected: str, new, why: str) -> bool:
+    def _one(self, room, tip, build, author, now, check, w):
+        """Build and check one operation on `tip`; write its objects (not the ref).
+        Returns (new commit, or `tip` for an accepted no-op; result; op)."""
+        if tip:
+            tc = self.reader.commit(tip)
+            view = RoomView(self.reader, tc.tree, tip, room)
+        else:
+            view = RoomView(self.reader, None, "", room)
+        changes, message, result = build(view, tip)
+        when = int(time.time()) if now is None else now
+        proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
+        if changes and all(view.text(p) == t for p, t in changes.items()):
+            # Nothing would change (a repeated assign, say): the rules still judge
+            # the operation, but an accepted no-op writes no commit.
+            if check:
+                rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
+                            rules.Ctx(self.reader, when))
+            return tip, result, ""
+        if check:
+            chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
+                   if view.text(p) != t]
+            op = rules.check(view, proposed, chs, rules.Ctx(self.reader, when))
+        else:
+            op = ""
+        tree = self._tree_with(view.tree, changes, w) if changes else \
+            (view.tree or self._tree_with(None, {}, w))
+        sig = signature(author, when)
+        if w is not None:
+            oid = w.commit(tree, [tip] if tip else [], sig.name, sig.email, when, message)
+        else:
+            oid = str(self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
+                                              [pygit2.Oid(hex=tip)] if tip else []))
+        return oid, result, op or "write"
+
+    def _cas(self, ref: str, expected: str, new, why: str, w=None) -> bool:
+        if w is not None:  # batch durability: gitdrop's own lock-file CAS
+            return w.move_ref(ref, expected, str(new))
         try:
             if not expected:
                 self.repo.references.create(ref, new, force=False)
@@ -243,6 +314,21 @@ class Store:
 
     def delete_ref(self, ref: str) -> None:
         self.repo.references.delete(ref)
+
+
+def _batch_ok(cfg, path: str) -> bool:
+    """Batch durability (gitdrop.durable) where it is as durable as fsync per file
+    and nothing else is asked of a ref write: gitdrop.fsyncMethod = auto (the
+    default: ext4 with a journal), batch (trust the filesystem) or fsync (libgit2's
+    fsync of every file). Reflogs, shared permissions and SHA-256 stay with libgit2."""
+    def get(key, default=""):
+        return str(cfg[key]).lower() if key in cfg else default
+    method = get("gitdrop.fsyncmethod", "auto")
+    if method == "fsync" or get("core.logallrefupdates") in ("true", "always") or \
+            get("core.sharedrepository") not in ("", "false", "umask", "0") or \
+            get("extensions.objectformat", "sha1") != "sha1":
+        return False
+    return method == "batch" or (method == "auto" and durable.supports_batch(path))
 
 
 def signature(author: str, when: int) -> pygit2.Signature:

@@ -84,11 +84,21 @@ class RoomView:
     def _doc(self, kind: str, path: str):
         key = ("p", path)
         if key not in self._cache:
-            text = self.text(path)
-            if text is None:
-                self._cache[key] = None
+            # A file's parse depends only on its blob: each version is parsed once
+            # per process (callers get their own copy to change as they like).
+            bid = self.reader.blob_id(self.tree, path) \
+                if self.tree is not None and hasattr(self.reader, "blob_id") else None
+            hit = _PARSED.get((kind, bid)) if bid else None
+            if hit is not None:
+                self._cache[key] = _copy(hit)
             else:
-                self._cache[key] = parse_file(kind, text)
+                text = self.text(path)
+                doc = None if text is None else parse_file(kind, text)
+                if bid and doc is not None:
+                    if len(_PARSED) > 20000:
+                        _PARSED.clear()
+                    _PARSED[(kind, bid)] = _copy(doc)
+                self._cache[key] = doc
         return self._cache[key]
 
     @property
@@ -148,6 +158,15 @@ class RoomView:
 
     def leads(self) -> list[str]:
         return [a["id"] for a in self.agents() if model.is_lead(a, self.room)]
+
+
+_PARSED: dict = {}  # (kind, blob id) -> (header, body)
+
+
+def _copy(doc):
+    header, body = doc
+    return ({k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+             for k, v in header.items()}, body)
 
 
 def parse_file(kind: str, text: str) -> tuple[dict, str]:

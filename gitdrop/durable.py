@@ -1,0 +1,205 @@
+"""Loose objects and ref moves written by gitdrop itself, durable with one
+journal commit per operation instead of two per file.
+
+libgit2's fsync mode (pygit2.settings.enable_fsync_gitdir) fsyncs every loose
+object and its directory, then the ref's lock file and the refs directory: a
+send costs four journal commits, a task move about ten. On ext4 the same
+guarantee takes one: each object's data is written back (sync_file_range,
+which commits nothing), then the ref's lock file likewise, the lock is renamed
+over the ref, and one fsync of the ref's directory commits the journal
+transaction that holds every object's allocation, every rename and the ref
+(ext4 has one journal whose transactions commit in order, and the commit
+flushes the device cache first). The ref can never be durable before the
+objects it names: their data was written before the ref was, and their
+metadata sits in the same transaction or an earlier one. See docs/DURABILITY.md.
+
+Objects are written in git's loose format and refs with git's lock protocol
+(`<ref>.lock` created exclusively, old value compared under the lock, renamed
+into place), so git, libgit2 and this writer exclude one another.
+"""
+
+import hashlib
+import os
+import zlib
+
+METHODS = ("batch", "fsync", "none")
+_SYNC_WRITE = 2                  # SYNC_FILE_RANGE_WRITE: start writeback
+_SYNC_WAIT = 1 | 2 | 4           # WAIT_BEFORE | WRITE | WAIT_AFTER
+_libc = None
+
+
+def _sync_file_range(fd: int, flags: int) -> None:
+    global _libc
+    if _libc is None:
+        import ctypes
+        lib = ctypes.CDLL(None, use_errno=True)
+        fn = lib.sync_file_range
+        fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+        _libc = (fn, ctypes)
+    fn, ctypes = _libc
+    if fn(fd, 0, 0, flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def supports_batch(path: str) -> bool:
+    """Batch needs Linux's sync_file_range and ext4 (or ext3) with its journal
+    running: ext2, or ext4 mounted without a journal, has no ordering to lean on."""
+    try:
+        best, fstype, source = "", "", ""
+        real = os.path.realpath(path) + "/"
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                mnt = left.split()[4].replace("\\040", " ")
+                if real.startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+                    best, (fstype, source) = mnt, right.split()[:2]
+        if fstype not in ("ext4", "ext3") or not source.startswith("/dev/"):
+            return False
+        dev = os.path.basename(os.path.realpath(source))
+        if not os.path.isdir(f"/proc/fs/jbd2/{dev}-8"):
+            return False
+        import ctypes
+        return hasattr(ctypes.CDLL(None), "sync_file_range")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Writer:
+    """Writes the objects of one or more commits, then moves a ref with CAS.
+
+    method: "batch" (writeback per file, one fsync at the ref), "fsync" (fsync
+    per file and directory, as libgit2 does) or "none" (the OS decides).
+    """
+
+    def __init__(self, git_dir: str, method: str = "batch"):
+        if method not in METHODS:
+            raise ValueError(f"unknown fsync method {method!r}")
+        self.git_dir = git_dir
+        self.method = method
+        self.pending: list[str] = []     # object files written back but not waited for
+        self.new_dirs: set[str] = set()  # object directories made (fsync method)
+
+    # --- objects --------------------------------------------------------------
+    def write(self, kind: str, data: bytes) -> str:
+        """Store one object in the loose format; returns its id (hex)."""
+        raw = b"%s %d\0" % (kind.encode(), len(data)) + data
+        oid = hashlib.sha1(raw).hexdigest()
+        d = os.path.join(self.git_dir, "objects", oid[:2])
+        path = os.path.join(d, oid[2:])
+        if os.path.exists(path):
+            self.pending.append(path)  # maybe written by a writer that has not synced yet
+            return oid
+        if not os.path.isdir(d):
+            os.makedirs(d, exist_ok=True)
+            self.new_dirs.add(d)
+        tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            os.write(fd, zlib.compress(raw, 1))
+            if self.method == "batch":
+                _sync_file_range(fd, _SYNC_WRITE)
+            elif self.method == "fsync":
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if self.method == "batch":
+            self.pending.append(path)
+        elif self.method == "fsync":
+            _fsync_path(d)
+        return oid
+
+    def blob(self, data: bytes) -> str:
+        return self.write("blob", data)
+
+    def tree(self, entries) -> str:
+        """entries: (name, mode int, oid hex); sorted here as git sorts them."""
+        def key(e):
+            return e[0] + "/" if e[1] == 0o040000 else e[0]
+        body = b"".join(b"%s %s\0%s" % (f"{mode:o}".encode(), name.encode(), bytes.fromhex(oid))
+                        for name, mode, oid in sorted(entries, key=key))
+        return self.write("tree", body)
+
+    def commit(self, tree: str, parents, author: str, email: str, when: int,
+               message: str) -> str:
+        """The bytes libgit2's create_commit writes for a +0000 signature."""
+        who = f"{author} <{email}> {when} +0000".encode()
+        head = b"tree %s\n" % tree.encode() + b"".join(b"parent %s\n" % p.encode() for p in parents)
+        return self.write("commit", head + b"author %s\ncommitter %s\n\n" % (who, who)
+                          + message.encode())
+
+    def _wait_objects(self) -> None:
+        if self.method == "batch":
+            for path in self.pending:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    _sync_file_range(fd, _SYNC_WAIT)
+                finally:
+                    os.close(fd)
+        self.pending.clear()
+
+    # --- refs -------------------------------------------------------------------
+    def current(self, ref: str) -> str:
+        """The ref's value: its loose file, else packed-refs, else ""."""
+        try:
+            with open(os.path.join(self.git_dir, ref), "rb") as f:
+                return f.read(64).split(b"\n", 1)[0].strip().decode()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            pass
+        try:
+            with open(os.path.join(self.git_dir, "packed-refs"), "rb") as f:
+                want = b" " + ref.encode()
+                for line in f:
+                    line = line.rstrip(b"\n")
+                    if line.endswith(want) and not line.startswith((b"#", b"^")):
+                        return line[:-len(want)].decode()
+        except FileNotFoundError:
+            pass
+        return ""
+
+    def move_ref(self, ref: str, expected: str, new: str) -> bool:
+        """Compare-and-swap `ref` from `expected` ("" = absent) to `new`, after
+        making every object written so far durable. False if it moved or is locked."""
+        path = os.path.join(self.git_dir, ref)
+        lock = path + ".lock"
+        d = os.path.dirname(path)
+        os.makedirs(d, exist_ok=True)
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return False
+        try:
+            try:
+                if self.current(ref) != expected:
+                    return False
+                os.write(fd, new.encode() + b"\n")
+                self._wait_objects()
+                if self.method == "batch":
+                    _sync_file_range(fd, _SYNC_WAIT)
+                elif self.method == "fsync":
+                    os.fsync(fd)
+                    for nd in self.new_dirs:
+                        _fsync_path(os.path.dirname(nd))
+            finally:
+                os.close(fd)
+            os.rename(lock, path)
+            lock = ""
+            self.new_dirs.clear()
+            if self.method != "none":
+                _fsync_path(d)  # commits the journal: objects, lock data, rename
+            return True
+        finally:
+            if lock:
+                try:
+                    os.unlink(lock)
+                except FileNotFoundError:
+                    pass
