@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextvars
 import functools
+import json
 import os
 import sys
 
@@ -27,8 +28,8 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST, EmptyResult, SubscribeRequestParams, \
-    ToolAnnotations, UnsubscribeRequestParams
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolResult, EmptyResult, \
+    SubscribeRequestParams, TextContent, ToolAnnotations, UnsubscribeRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import mcp_tools
@@ -128,14 +129,18 @@ class GitdropServer(MCPServer):
 
 def _tool(box: ToolBox, name: str, fn):
     """The method as an MCP tool: a refusal becomes a tool error naming the rule and
-    the next call. Runs on the event loop (a core call is a few ms)."""
+    the next call. Runs on the event loop (a core call is a few ms). The text copy of
+    the result is compact JSON (the SDK's is indented): it lands in the agent's context."""
     @functools.wraps(fn)
     async def call(**kw):
         try:
             box.authorize(name)
-            return fn(**kw)
+            result = fn(**kw)
         except GitdropError as e:
             raise ToolError(mcp_tools.render_error(e)) from None
+        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=result)  # checked by the SDK against the type
     return call
 
 
@@ -327,6 +332,64 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     return server, box, push
 
 
+class _PipeLines:
+    """stdin as an async iterator of lines, read by the event loop (the SDK's
+    default reads each line on a worker thread: a thread hop per message)."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", "replace")
+
+
+class _PipeWriter:
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+
+
+async def _pipes():
+    """The wire on private copies of fds 0 and 1, served by the event loop; fd 0
+    then reads /dev/null and fd 1 writes to stderr, so nothing stray reaches the
+    wire. None where stdin/stdout are not pipes or sockets (a file, say)."""
+    loop = asyncio.get_running_loop()
+    try:
+        wire_in, wire_out = os.dup(0), os.dup(1)
+        reader = asyncio.StreamReader(limit=1 << 24, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                     os.fdopen(wire_in, "rb", buffering=0))
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop),
+            os.fdopen(wire_out, "wb", buffering=0))
+    except (OSError, ValueError):
+        return None
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return _PipeLines(reader), _PipeWriter(asyncio.StreamWriter(transport, protocol, None, loop))
+
+
+async def _run_stdio(server: GitdropServer) -> None:
+    from mcp.server.stdio import stdio_server
+    streams = await _pipes()
+    low = server._lowlevel_server
+    async with stdio_server(*(streams or ())) as (read, write):
+        await low.run(read, write, low.create_initialization_options())
+
+
 def _version() -> str:
     from . import __version__
     return __version__
@@ -341,7 +404,7 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
         push.start()
         try:
             if box.transport == "stdio":
-                await server.run_stdio_async()
+                await _run_stdio(server)
             else:
                 sys.stderr.write(f"gitdrop: serving room {room} of {box.hub.path} at "
                                  f"http://{host}:{port}/mcp (tools: {tools})\n")
