@@ -175,7 +175,7 @@ class Push:
         self.loop = asyncio.get_running_loop()
         try:
             from .notifier import Notifier
-            self.notifier = Notifier(self.box.hub.path).start()
+            self.notifier = Notifier(self.box.hub_spec).start()
         except Exception as e:  # serve without push rather than not at all
             sys.stderr.write(f"gitdrop: push notifications off ({type(e).__name__}: {e})\n")
         if self.box.bound:

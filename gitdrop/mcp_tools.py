@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 
 from . import machine, model, tokens
 from .errors import GitdropError, NotFound, Refusal, UsageError
-from .hub import Hub
+from .hub import open_hub
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,8 @@ class ToolBox:
 
     def __init__(self, hub_path: str, room: str, agent: str | None = None,
                  transport: str = "stdio"):
-        self.hub = Hub(hub_path)
+        self.hub_spec = hub_path  # a path, or a git URL (a RemoteHub: writes are pushed)
+        self.hub = open_hub(hub_path, create=False)
         self.room_name = room
         self.room = self.hub.room(room)
         self.transport = "http" if transport in ("http", "streamable-http") else "stdio"

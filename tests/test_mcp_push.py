@@ -159,3 +159,21 @@ async def test_http_push_goes_to_its_agent_only_and_follows_mcp_calls(room, hub)
                 with pytest.raises(Exception):
                     async with anon.client.listen(tools_list_changed=True):
                         pass
+
+
+async def test_a_server_on_a_git_url_writes_through_the_hub(room, hub, clone, tmp_path,
+                                                            monkeypatch):
+    """`--hub file://...` (a remote hub): the server's writes are pushed to the hub
+    (through its hook), and news from the hub still reaches the session."""
+    monkeypatch.setenv("GITDROP_CACHE", str(tmp_path / "cache"))
+    c = clone("ops/kilo")
+    events = Events()
+    async with stdio_agent(f"file://{hub.path}", "core/spartan", "legacy", tools="agent",
+                           message_handler=events.legacy_handler) as spartan:
+        await spartan.client.subscribe_resource(INBOX)
+        sent = await spartan.ok("send", to_agent="juno", message="via a mirror")
+        assert hub.room("lobby").view().commit == sent["commit"]  # it reached the hub
+        pushed = push_message(c, "core/spartan", "back to you")
+        await events.wait_for(["resource", "tools"], pushed - 5, timeout=15)
+        box = await spartan.ok("check_inbox")
+        assert [m["text"] for m in box["messages"]] == ["back to you"]
