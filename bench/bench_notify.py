@@ -1,11 +1,13 @@
 """How fast a waiting agent hears about a commit, and what waiting costs.
 
-Latency: from the moment a send's compare-and-swap starts to move the room ref
-(stamped in this process; the hub has fsync off unless --fsync, so the update
-itself takes ~0.1 ms instead of fsync's noisy milliseconds) to the moment this process reads the line
-the other process printed: the `gitdrop watch` stream line, or the alert of a
-`gitdrop wait`. Baseline in the same run: a bare watchdog process that prints a
-line per ref rename (the floor for any inotify-driven watcher in Python).
+Latency: from a send's ref update in this process to the moment this process
+reads the line the other process printed: the `gitdrop watch` stream line, or
+the alert of a `gitdrop wait`. The new tip becomes visible somewhere inside the
+ref update (lock file, rename; fsyncs too with --fsync, off by default because
+their noisy milliseconds are the disk's, not the notifier's), so it is counted
+from the update's start (an upper bound) and from its end (a lower bound).
+Baseline in the same run: a bare watchdog process that prints a line per ref
+rename (the floor for any inotify-driven watcher in Python).
 
 Idle CPU: utime+stime (+ children's, for the git processes a poller spawns) of a
 waiting process over a quiet window, from /proc/<pid>/stat; baseline: the shell
@@ -56,9 +58,9 @@ def stamp_cas():
     start: an upper bound by the update's own cost (printed)."""
     orig = Store._cas
 
-    def _cas(self, ref, expected, new, why):
+    def _cas(self, *args, **kw):
         t0 = time.monotonic()
-        ok = orig(self, ref, expected, new, why)
+        ok = orig(self, *args, **kw)
         if ok:
             LANDED.append((t0, time.monotonic()))
         return ok
@@ -96,13 +98,18 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
 
 
-def report(name, cmd, lat_ms, floor=None):
-    p50, p99 = pct(lat_ms, 50), pct(lat_ms, 99)
-    line = (f"{name:<34} n={len(lat_ms):<4} median {p50:6.2f} ms   p99 {p99:6.2f} ms   "
-            f"min {min(lat_ms):5.2f} max {max(lat_ms):6.2f} ms")
+def report(name, cmd, lat, floor=None):
+    """`lat`: (from the start of the ref update, from its end) per send, in ms."""
+    up = [a for a, _ in lat]
+    low = [b for _, b in lat]
+    p50, p99 = pct(up, 50), pct(up, 99)
+    line = (f"{name:<30} n={len(up):<4} median {p50:6.2f} ms  p99 {p99:6.2f} ms  "
+            f"max {max(up):6.2f} ms")
     if floor:
-        line += f"   ({p50 / floor[0]:.1f}× / {p99 / floor[1]:.1f}× the floor)"
+        line += f"  ({p50 / floor[0]:.1f}× / {p99 / floor[1]:.1f}× the floor)"
     print(line)
+    print(f"{'':<30} counted from the end of the ref update instead: median "
+          f"{pct(low, 50):6.2f} ms  p99 {pct(low, 99):6.2f} ms")
     print(f"    command: {cmd}")
     return p50, p99
 
@@ -116,8 +123,9 @@ def stream_latency(proc, room, n, to="core/spartan"):
         LANDED.clear()
         room.send("core/juno", to, f"bench {i}")
         t = proc.next_line()
-        out.append((t - LANDED[-1][0]) * 1000)
-        CAS_MS.append((LANDED[-1][1] - LANDED[-1][0]) * 1000)
+        t0, t1 = LANDED[-1]
+        out.append(((t - t0) * 1000, (t - t1) * 1000))
+        CAS_MS.append((t1 - t0) * 1000)
     return out
 
 
@@ -172,6 +180,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--dir", default="")
+    ap.add_argument("--settle", type=float, default=0.2,
+                    help="seconds between a waiter's ready line and the send")
     ap.add_argument("--fsync", action="store_true",
                     help="durable ref updates (the default of a real hub); their fsyncs then "
                          "dominate the numbers, which are about the notifier")
@@ -185,8 +195,10 @@ def main():
     room.register("core/spartan", ["coder"])
     stamp_cas()
     me = (f"python bench/bench_notify.py --sends {a.sends} --rounds {a.rounds} --idle {a.idle:g}"
+          f" --settle {a.settle:g}"
           + (" --fsync" if a.fsync else ""))
     print(f"# {me}")
+    print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before the run")
     print(f"# hub {path}; {os.cpu_count()} CPUs; git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}")
 
     mod = [PY, "-m", "gitdrop.notifier"]
@@ -209,19 +221,22 @@ def main():
     for i in range(a.rounds):
         room.inbox("spartan", limit=0)
         w = Proc(mod + ["wait"] + common + ["--timeout", "30"], "waiting for")
+        time.sleep(a.settle)  # a waiter waits: let its start-up finish first
         LANDED.clear()
         room.send("core/juno", "spartan", f"wake {i}")
         t = w.next_line()
-        lat.append((t - LANDED[-1][0]) * 1000)
+        t0, t1 = LANDED[-1]
+        lat.append(((t - t0) * 1000, (t - t1) * 1000))
+        CAS_MS.append((t1 - t0) * 1000)
         w.p.wait(10)
         assert w.p.returncode == 0, w.p.returncode
     report("gitdrop wait (alert line)", " ".join(["python -m gitdrop.notifier wait"] + common
-                                                 + ["--timeout", "30"]) + "  (one process per round)",
+                                                 + ["--timeout", "30"]) + f"  (one process per round, send {a.settle:g} s after it is ready)",
            lat, floor)
 
-    print(f"(latency counts from the start of the ref update; the update itself (lock file, "
-          f"rename{', fsyncs' if a.fsync else ''}) took median {pct(CAS_MS, 50):.2f} ms, p99 "
-          f"{pct(CAS_MS, 99):.2f} ms)")
+    print(f"(the new tip becomes visible somewhere inside the ref update (lock file, rename"
+          f"{', fsyncs' if a.fsync else ''}), which took median {pct(CAS_MS, 50):.2f} ms, p99 "
+          f"{pct(CAS_MS, 99):.2f} ms: the two countings bound the latency from both sides)")
     room.inbox("spartan", limit=0)
     print(f"idle CPU over ~{a.idle:g} s (utime+stime+children, /proc/<pid>/stat):")
     cmd = mod + ["wait"] + common + ["--timeout", "600"]

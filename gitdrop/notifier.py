@@ -382,25 +382,35 @@ def run_wait(hub: str, room: str, agent: str, timeout: float | None, as_json: bo
     n = None
     try:
         n, r, agent = _open(hub, room, agent)
-        woke = threading.Event()
-        n.subscribe(room, agent, lambda evs: woke.set())
+        done = threading.Event()
+        lock = threading.Lock()  # one alert, and one thread at a time on `r`
+
+        def check() -> bool:
+            with lock:
+                if done.is_set():
+                    return True
+                w = r.waiting(agent)
+                if _has_work(w):
+                    print(_alert(w, as_json), flush=True)
+                    done.set()
+                return done.is_set()
+        # subscribed first, checked second: what lands in between is in the check or
+        # in the first scan after start(); the alert is printed from the notifier's
+        # thread (one thread hop less).
+        n.subscribe(room, agent, lambda evs: check())
+        if check():
+            return 0
         n.start()
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
-        first = True
-        while True:
-            w = r.waiting(agent)
-            if _has_work(w):
-                print(_alert(w, as_json), flush=True)
+        _say(f"{n.describe()}; waiting for {agent} in {room}"
+             + ("" if timeout is None else f" (timeout {timeout:g} s)"))
+        if done.wait(None if timeout is None else max(timeout, 0)):
+            return 0
+        with lock:
+            if done.is_set():
                 return 0
-            if first:
-                first = False
-                _say(f"{n.describe()}; waiting for {agent} in {room}"
-                     + ("" if timeout is None else f" (timeout {timeout:g} s)"))
-            left = None if deadline is None else deadline - time.monotonic()
-            if (left is not None and left <= 0) or not woke.wait(left):
-                _say(f"nothing for {agent} in {room} after {timeout:g} s")
-                return TIMEOUT_EXIT
-            woke.clear()
+            done.set()  # no alert after the timeout is reported
+        _say(f"nothing for {agent} in {room} after {timeout:g} s")
+        return TIMEOUT_EXIT
     except GitdropError as e:
         sys.stderr.write(e.render() + "\n")
         return e.exit_code

@@ -133,6 +133,10 @@ def test_wait_times_out_with_124_when_nothing_waits(hub, team, procs):
     assert out == []
     assert time.monotonic() - start >= 1
     assert any("waiting for core/spartan" in e for e in p.errors + _drain(p.err))
+    p = procs(*wait_args(hub, "spartan"))  # no timeout: until interrupted
+    p.ready("waiting for core/spartan")
+    p.p.send_signal(signal.SIGINT)
+    assert p.finish()[0] == 130
 
 
 def _drain(q):
