@@ -1,12 +1,12 @@
 """The on-repo text formats: a TOML subset, front-matter documents and trailers.
 
-Pure and light to import (json only) because the pre-receive hook loads it on
-every push. The TOML subset is `key = value` lines with JSON-compatible values
+Pure and light to import because the pre-receive hook loads it on every push:
+json (which pulls in re, enum and more, most of the hook's import time) is
+imported only for values off the fast paths below, which give exactly what json
+would. The TOML subset is `key = value` lines with JSON-compatible values
 (basic strings, integers, true/false, arrays of those) and one level of
 `[table]` headers; everything it writes is valid TOML.
 """
-
-import json
 
 FRONT = "+++"
 TRAILER_PREFIX = "Gitdrop-"
@@ -25,14 +25,59 @@ def _value(raw: str, where: str):
     if raw.startswith("[") and raw.endswith("]"):
         inner = raw[1:-1].strip().rstrip(",")
         raw = "[" + inner + "]"
+    value = _simple(raw)
+    if value is _MISS:
+        value = _array(raw) if raw.startswith("[") and raw.endswith("]") else _MISS
     try:
-        value = json.loads(raw)
+        if value is _MISS:
+            import json
+            value = json.loads(raw)
     except ValueError:
         raise FormatError(f"{where}: cannot read value {raw[:40]!r} "
                           "(use \"text\", 123, true/false or [\"a\", \"b\"])") from None
     if isinstance(value, float) or isinstance(value, dict) or value is None:
         raise FormatError(f"{where}: unsupported value {raw[:40]!r}")
     return value
+
+
+_MISS = object()
+_JSON_WS = " \t\n\r"
+
+
+def _simple(tok: str):
+    """json.loads(tok) for a plain string, a small integer or a boolean; else _MISS."""
+    if len(tok) >= 2 and tok[0] == '"' and tok[-1] == '"':
+        inner = tok[1:-1]
+        if '"' in inner or "\\" in inner or not _plain(inner):
+            return _MISS
+        return inner
+    digits = tok[1:] if tok[:1] == "-" else tok
+    if digits and len(digits) < 18 and digits.isascii() and digits.isdigit() and \
+            (digits == "0" or digits[0] != "0"):
+        return int(tok)
+    if tok == "true":
+        return True
+    if tok == "false":
+        return False
+    return _MISS
+
+
+def _array(raw: str):
+    """json.loads(raw) for `[...]` of plain tokens; else _MISS."""
+    inner = raw[1:-1]
+    if not inner:
+        return []
+    out = []
+    for piece in inner.split(","):
+        v = _simple(piece.strip(_JSON_WS))
+        if v is _MISS:
+            return _MISS
+        out.append(v)
+    return out
+
+
+def _plain(s: str) -> bool:
+    return all(ch >= " " for ch in s)
 
 
 def loads_toml(text: str) -> dict:
@@ -65,7 +110,18 @@ def _dump_value(v) -> str:
         return "[" + ", ".join(_dump_value(x) for x in v) + "]"
     if isinstance(v, int):
         return str(v)
-    return json.dumps(str(v), ensure_ascii=False)
+    s = str(v)
+    if '"' not in s and "\\" not in s and _plain(s):
+        return '"' + s + '"'
+    import json
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _dump_key(k: str) -> str:
+    if '"' not in k and "\\" not in k and all(" " <= ch <= "~" for ch in k):
+        return '"' + k + '"'
+    import json
+    return json.dumps(k)
 
 
 def dumps_toml(data: dict) -> str:
@@ -77,7 +133,7 @@ def dumps_toml(data: dict) -> str:
             out.append(f"{k} = {_dump_value(v)}")
     for name, table in tables:
         out.append(f"\n[{name}]")
-        out.extend(f"{json.dumps(k) if '/' in k else k} = {_dump_value(v)}"
+        out.extend(f"{_dump_key(k) if '/' in k else k} = {_dump_value(v)}"
                    for k, v in table.items())
     return "\n".join(out) + "\n"
 

@@ -74,3 +74,65 @@ def test_memo_keeps_verdicts(tmp_path, seed, settings):
     # Re-validation with and without the memo agrees with the history.
     h2.store.reader.walks = None
     assert h1.verify("r") == h2.verify("r")
+
+
+# --- the hook imports neither json nor re: the fast paths give what they gave ---
+
+import json  # noqa: E402
+import re  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from gitdrop import fmt, model  # noqa: E402
+
+
+def _json_value(raw):
+    """fmt._value as it was, through json."""
+    raw = raw.strip()
+    if raw in ("true", "false"):
+        return raw == "true"
+    if raw.startswith("[") and raw.endswith("]"):
+        raw = "[" + raw[1:-1].strip().rstrip(",") + "]"
+    value = json.loads(raw)
+    if isinstance(value, (float, dict)) or value is None:
+        raise ValueError("unsupported")
+    return value
+
+
+def _outcome(fn, raw):
+    try:
+        v = fn(raw)
+        return "ok", repr(v), type(v).__name__
+    except ValueError:
+        return "refused", "", ""
+
+
+TOKENS = st.sampled_from(list('"\\[], -+0123456789.eE \t\n\r\x0b\x00\x1f\x7fé١²a/_')
+                         + ["true", "false", "null", '"x"', "12", "-0", "01", "\ufeff"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(TOKENS, max_size=10).map("".join))
+def test_toml_values_read_as_json_reads_them(raw):
+    assert _outcome(lambda r: fmt._value(r, "here"), raw) == _outcome(_json_value, raw)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.text(max_size=8), st.lists(st.text(max_size=4), max_size=3),
+                 st.integers(), st.booleans()))
+def test_toml_values_written_as_json_writes_them(v):
+    want = json.dumps(str(v), ensure_ascii=False) if not isinstance(v, (bool, int, list)) \
+        else None
+    if want is not None:
+        assert fmt._dump_value(v) == want
+        assert fmt._dump_key(v) == json.dumps(v)
+
+
+NAME_CHARS = st.sampled_from(list("aZ09_.-\n/ é١"))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(NAME_CHARS, max_size=84).map("".join))
+def test_name_patterns_match_as_re_did(s):
+    for pat, n in ((model.NAME_RE, 39), (model.KEY_RE, 79)):
+        assert bool(pat.match(s)) == bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}$" % n, s))
