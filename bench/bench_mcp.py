@@ -8,7 +8,10 @@ tools/list per profile.
 
 Two agents talk ping-pong (a sends to b, b reads, b sends to a, a reads), so each
 read finds one new message and every send passes the unread check, as in a real
-conversation. The room's loop guard is off (settings loop_cap = 0).
+conversation. The room's loop guard is off (settings loop_cap = 0). Each face is
+measured right after its own core baseline (ratios hold on a noisy machine). The
+"raw" row is a minimal JSON-RPC client over the server's stdin/stdout (what a client
+pays without the Python SDK client's own validation).
 """
 
 import argparse
@@ -16,6 +19,7 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +58,7 @@ def report(label: str, times: dict, base: dict | None = None) -> None:
         ratio = ""
         if base:
             ratio = f"  = {statistics.median(times[verb]) / statistics.median(base[verb]):.1f}x core"
-        print(f"  {label:<28} {verb:<12} {stats(times[verb])}{ratio}")
+        print(f"  {label:<31} {verb:<12} {stats(times[verb])}{ratio}")
 
 
 def core_baseline(path: str, rounds: int) -> dict:
@@ -99,6 +103,59 @@ async def over_http(url: str, path: str, mode: str, rounds: int) -> dict:
         return await ping_pong(a, b, rounds)
 
 
+class RawStdio:
+    """A minimal JSON-RPC client (2025-11-25) over one server process's pipes."""
+
+    def __init__(self, path: str, agent: str):
+        self.p = subprocess.Popen([sys.executable, "-m", "gitdrop.mcp_server", path, "lobby",
+                                   "--as", agent], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, cwd=os.path.dirname(HERE))
+        self.n = 0
+        self.rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                "clientInfo": {"name": "bench", "version": "1"}})
+        self.p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+    def rpc(self, method, params):
+        self.n += 1
+        self.p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
+                                        "params": params}) + "\n").encode())
+        self.p.stdin.flush()
+        while True:  # skip notifications (push: this agent's inbox changed)
+            reply = json.loads(self.p.stdout.readline())
+            if reply.get("id") == self.n:
+                break
+        assert "error" not in reply and not reply["result"].get("isError"), reply
+        return reply["result"]
+
+    def ok(self, tool, **args):
+        return self.rpc("tools/call", {"name": tool, "arguments": args})["structuredContent"]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def raw_stdio(path: str, rounds: int) -> dict:
+    a, b = RawStdio(path, A), RawStdio(path, B)
+    try:
+        times = {"send": [], "check_inbox": []}
+        for i in range(rounds + 5):
+            for me, other, other_name in ((a, b, B), (b, a, A)):
+                t = time.perf_counter()
+                me.ok("send", to_agent=other_name, message=f"ping {i}")
+                t1 = time.perf_counter()
+                got = other.ok("check_inbox")
+                t2 = time.perf_counter()
+                assert len(got["messages"]) == 1, got
+                if i >= 5:
+                    times["send"].append(t1 - t)
+                    times["check_inbox"].append(t2 - t1)
+        return times
+    finally:
+        a.close()
+        b.close()
+
+
 def tools_list_sizes() -> None:
     from gitdrop.mcp_server import build
     path = make_hub(False)
@@ -126,15 +183,20 @@ def main() -> None:
         path = make_hub(fsync)
         print(f"\nround trips, hub with gitdrop.fsync={'true' if fsync else 'false'} "
               f"({a.rounds} ping-pong rounds: {2 * a.rounds} calls of each tool):")
-        base = core_baseline(path, a.rounds)
-        report("core in-process (baseline)", base)
+        faces = [("stdio raw JSON-RPC 2025-11-25", lambda: raw_stdio(path, a.rounds))]
         for mode in ("auto", "legacy"):
             proto = "2026-07-28" if mode == "auto" else "2025-11-25"
-            report(f"stdio {proto}", anyio.run(over_stdio, path, mode, a.rounds), base)
+            faces.append((f"stdio SDK client {proto}",
+                          lambda m=mode: anyio.run(over_stdio, path, m, a.rounds)))
         with http_server(path, tools="agent") as url:
             for mode in ("auto", "legacy"):
                 proto = "2026-07-28" if mode == "auto" else "2025-11-25"
-                report(f"http {proto}", anyio.run(over_http, url, path, mode, a.rounds), base)
+                faces.append((f"http SDK client {proto}",
+                              lambda m=mode: anyio.run(over_http, url, path, m, a.rounds)))
+            for label, run in faces:
+                base = core_baseline(path, a.rounds)
+                report("core in-process", base)
+                report(label, run(), base)
     print("\nreference system: send 8.3 ms over stdio; target here: median under 3 ms over stdio")
 
 

@@ -298,7 +298,7 @@ class ToolBox:
         """The caller of one request: the bound agent (stdio) or the token's (HTTP)."""
         if self.transport == "stdio":
             return Caller(self.bound)
-        auth = (headers or {}).get("authorization", "") if headers is not None else ""
+        auth = headers.get("authorization", "") if headers is not None else ""
         if not auth:
             return Caller()
         scheme, _, token = auth.partition(" ")
@@ -381,6 +381,9 @@ class ToolBox:
             else:
                 mint = True
         r = self.room.register(agent_id, _split(role), description)
+        if mint and r.get("updated"):  # someone registered the name at the same moment
+            raise Refusal("token", f"{agent_id} was registered by another session just now",
+                          f"ask the hub's owner for its token (gitdrop token {agent_id})")
         new_token = tokens.mint(self.hub.path, agent_id) if mint else ""
         if self.transport == "stdio" and (not self.fixed or "/" not in self.bound):
             self.bound = agent_id  # this session now speaks for the registered agent
