@@ -38,10 +38,11 @@ def is_remote(hub: str) -> bool:
     return is_url(hub) and not os.path.exists(os.path.expanduser(hub))
 
 
-def _git(*args, cwd=None) -> subprocess.CompletedProcess:
+def _git(*args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_TERMINAL_PROMPT"] = "0"
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(["git", *args], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
 
 
 class _Sub:
@@ -119,6 +120,7 @@ class Notifier:
                     subs.remove(sub)
                 if not subs:
                     self._subs.pop(room, None)
+                    self._seen_remote.pop(room, None)  # no longer polled: forget its tip
         return unsubscribe
 
     def sync(self, rooms) -> None:
@@ -185,13 +187,17 @@ class Notifier:
 
     def _scan_loop(self) -> None:
         """Scans on request (start, retries) and, locally, every SAFETY seconds."""
+        retry = 0.05
         while not self._stop.is_set():
             self._dirty.wait(None if self.remote else SAFETY)
             self._dirty.clear()
             if self._stop.is_set():
                 return
-            if not self._scan_safely():
-                self._stop.wait(0.05)
+            if self._scan_safely():
+                retry = 0.05
+            else:  # again soon, then less and less often
+                self._stop.wait(retry)
+                retry = min(retry * 2, SAFETY)
                 self._dirty.set()
 
     def _scan_safely(self) -> bool:
@@ -287,7 +293,10 @@ class Notifier:
                 moved = {r: tips.get(r, "") for r in rooms
                          if tips.get(r, "") != self._seen_remote.get(r, "")}
                 if moved:
-                    if any(oid and oid not in self.store.repo for oid in moved.values()):
+                    with self._lock:
+                        missing = any(oid and oid not in self.store.repo
+                                      for oid in moved.values())
+                    if missing:
                         self.store.refresh(force=True)
                     with self._lock:
                         self._seen_remote.update(moved)
