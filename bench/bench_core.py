@@ -25,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import READER, ROOM, SENDER, Timer, ms, ratio  # noqa: E402
 
-from gitdrop import hub as hubmod, rules  # noqa: E402
+import pygit2  # noqa: E402
+
+from gitdrop import durable, hub as hubmod, rules  # noqa: E402
 from gitdrop.store import Store, signature  # noqa: E402
 from gitdrop.view import CommitData, RoomView  # noqa: E402
 
@@ -98,9 +100,9 @@ def run_mode(targets, fsync: bool, rounds: int, warmup: int, per_round: int, see
     return t
 
 
-def report(t: Timer, sizes, fsync: bool) -> dict:
-    mode = "fsync on (hub default) vs SQLite synchronous=FULL" if fsync else \
-        "fsync off vs SQLite synchronous=OFF"
+def report(t: Timer, sizes, fsync: bool, method: str) -> dict:
+    mode = f"fsync on (hub default; method: {method}) vs SQLite synchronous=FULL" if fsync \
+        else "fsync off vs SQLite synchronous=OFF"
     print(f"\n## {mode}")
     print(f"{'op':6} {'history':>8} {'gitdrop med':>12} {'p99':>9} {'sqlite med':>11} "
           f"{'p99':>9} {'git/sqlite':>10} {'vs empty':>9} {'n':>5}   (ms)")
@@ -136,13 +138,19 @@ def anatomy(path: str, size: int, fsync: bool, n: int = 200) -> None:
         t.time("rules.check (incl. unread walk)", rules.check, view, c, [],
                rules.Ctx(store.reader, now))
         sig = signature(agent, now)
-        import pygit2
-        oid = t.time("write commit object", store.repo.create_commit, None, sig, sig, msg,
-                     pygit2.Oid(hex=tc.tree), [pygit2.Oid(hex=tip)])
-        ok = t.time("move ref (CAS)", store._cas, ref, tip, oid, "send")
+        if store.batch:  # as Store.write does it with batch durability
+            w = durable.Writer(store.path, "batch")
+            oid = t.time("write commit object", w.commit, tc.tree, [tip], sig.name, sig.email,
+                         now, msg)
+            ok = t.time("move ref (CAS, durable)", store._cas, ref, tip, oid, "send", w)
+        else:
+            oid = t.time("write commit object", store.repo.create_commit, None, sig, sig, msg,
+                         pygit2.Oid(hex=tc.tree), [pygit2.Oid(hex=tip)])
+            ok = t.time("move ref (CAS)", store._cas, ref, tip, oid, "send")
         assert ok
     total = sum(t.med(k) for k in t.samples)
-    print(f"\n## anatomy of a send, fsync {'on' if fsync else 'off'}, history {size}, n={n}")
+    how = "off" if not fsync else "on, batch method" if store.batch else "on, libgit2 fsync"
+    print(f"\n## anatomy of a send, fsync {how}, history {size}, n={n}")
     for k in t.samples:
         print(f"  {k:36} med {ms(t.med(k))} ms  p99 {ms(t.p99(k))} ms  "
               f"{100 * t.med(k) / total:5.1f}%")
@@ -189,7 +197,10 @@ def main(argv=None) -> int:
         for mode in a.modes.split(","):
             fsync = mode == "on"
             t = run_mode(targets, fsync, a.rounds, a.warmup, a.per_round, a.seed)
-            results[fsync] = report(t, sizes, fsync)
+            store = targets[("git", sizes[0])].hub.store
+            method = "batch (one journal commit per write)" if store.batch else \
+                "libgit2 fsync of every file and directory"
+            results[fsync] = report(t, sizes, fsync, method)
         if not a.no_anatomy:
             for mode in a.modes.split(","):
                 anatomy(targets[("git", sizes[-1])].path, sizes[-1], mode == "on")

@@ -85,7 +85,7 @@ class Writer:
             raise ValueError(f"unknown fsync method {method!r}")
         self.git_dir = git_dir
         self.method = method
-        self.pending: list[str] = []     # object files written back but not waited for
+        self.pending: list[int] = []     # fds of object files being written back
         self.new_dirs: set[str] = set()  # object directories made (fsync method)
 
     # --- objects --------------------------------------------------------------
@@ -96,25 +96,35 @@ class Writer:
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
         if os.path.exists(path):
-            self.pending.append(path)  # maybe written by a writer that has not synced yet
-            return oid
+            if self.method == "batch":  # maybe written by a writer that has not synced yet
+                try:
+                    self.pending.append(os.open(path, os.O_RDONLY))
+                except FileNotFoundError:  # pruned meanwhile: write it again below
+                    pass
+                else:
+                    return oid
+            else:
+                return oid
         if not os.path.isdir(d):
             os.makedirs(d, exist_ok=True)
             self.new_dirs.add(d)
         tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        keep = False
         try:
             os.write(fd, zlib.compress(raw, 1))
             if self.method == "batch":
-                _sync_file_range(fd, _SYNC_WRITE)
+                _sync_file_range(fd, _SYNC_WRITE)  # start it; waited for at the ref
+                keep = True
             elif self.method == "fsync":
                 os.fsync(fd)
         finally:
-            os.close(fd)
+            if keep:
+                self.pending.append(fd)
+            else:
+                os.close(fd)
         os.replace(tmp, path)
-        if self.method == "batch":
-            self.pending.append(path)
-        elif self.method == "fsync":
+        if self.method == "fsync":
             _fsync_path(d)
         return oid
 
@@ -138,14 +148,16 @@ class Writer:
                           + message.encode())
 
     def _wait_objects(self) -> None:
-        if self.method == "batch":
-            for path in self.pending:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    _sync_file_range(fd, _SYNC_WAIT)
-                finally:
-                    os.close(fd)
-        self.pending.clear()
+        try:
+            for fd in self.pending:
+                _sync_file_range(fd, _SYNC_WAIT)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Forget objects not yet waited for (a lost race, a refusal)."""
+        while self.pending:
+            os.close(self.pending.pop())
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
@@ -172,14 +184,19 @@ class Writer:
         path = os.path.join(self.git_dir, ref)
         lock = path + ".lock"
         d = os.path.dirname(path)
-        os.makedirs(d, exist_ok=True)
         try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileNotFoundError:  # the first ref in its directory
+                os.makedirs(d, exist_ok=True)
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
+            self.close()
             return False
         try:
             try:
                 if self.current(ref) != expected:
+                    self.close()
                     return False
                 os.write(fd, new.encode() + b"\n")
                 self._wait_objects()

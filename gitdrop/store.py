@@ -234,19 +234,24 @@ class Store:
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
             start = tip = self.tip(ref)
             w = durable.Writer(self.path, "batch") if self.batch else None
-            out, why = [], ""
-            for build, author in ops:
-                try:
-                    oid, result, op = self._one(room, tip, build, author, now, check, w)
-                except GitdropError as e:
-                    if raise_first:
-                        raise
-                    out.append(e)
-                    continue
-                if oid != tip:
-                    tip, why = oid, why or op
-                out.append((oid, result))
-            if tip == start or self._cas(ref, start, tip, why or "write", w):
+            try:
+                out, why = [], ""
+                for build, author in ops:
+                    try:
+                        oid, result, op = self._one(room, tip, build, author, now, check, w)
+                    except GitdropError as e:
+                        if raise_first:
+                            raise
+                        out.append(e)
+                        continue
+                    if oid != tip:
+                        tip, why = oid, why or op
+                    out.append((oid, result))
+                moved = tip == start or self._cas(ref, start, tip, why or "write", w)
+            finally:
+                if w is not None:
+                    w.close()
+            if moved:
                 if tip == start or self.publish is None or self.publish(ref, start, tip):
                     return out
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
