@@ -51,26 +51,20 @@ class LazyGroup(PlainGroup):
         return list(COMMANDS)
 
     def get_command(self, ctx, name):
-        if name in self.commands:
-            return self.commands[name]
-        if name not in COMMANDS:
-            return None
-        module, group, panel = COMMANDS[name]
-        mod = importlib.import_module(f"gitdrop.{module}")
-        if group:
-            built = typer.main.get_command(getattr(mod, f"{name}_app"))
-        else:
-            if module not in _built:
-                _built[module] = typer.main.get_command(mod.app)
-            built = _built[module]
-            built = built.commands[name] if hasattr(built, "commands") else built
-        built.name = name
-        built.rich_help_panel = panel
-        self.commands[name] = built
-        return built
+        if name not in self.commands and name in COMMANDS:
+            module, group, panel = COMMANDS[name]
+            mod = importlib.import_module(f"gitdrop.{module}")
+            if group:  # `task_app` etc.: the group is the command
+                built = typer.main.get_command(getattr(mod, f"{name}_app"))
+            else:  # one of the module's commands; its group is built once
+                if module not in self._modules:
+                    self._modules[module] = typer.main.get_command(mod.app)
+                built = self._modules[module].commands[name]
+            built.name, built.rich_help_panel = name, panel
+            self.commands[name] = built
+        return self.commands.get(name)
 
-
-_built: dict = {}
+    _modules: dict = {}
 
 
 app = typer.Typer(

@@ -69,7 +69,7 @@ def who(s: Scope):
             return
         table(["agent", "roles", "status", "health", "last seen"],
               [(a["agent"], ", ".join(a["roles"]), a["status"][:40],
-                paint(a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
+                (a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
                 ago(a["last_seen"])) for a in agents])
     s.emit({"room": s.room_name, "agents": agents}, show)
 
@@ -171,6 +171,7 @@ def log(s: Scope,
 
     def show():
         for a in acts:
-            print(f"{paint(short_id(a['id']), 'yellow')} {paint(ago(a['time']), 'dim'):>8} "
+            when = f"{ago(a['time']):>8}"
+            print(f"{paint(short_id(a['id']), 'yellow')} {paint(when, 'dim')} "
                   f"{a['author']:<20} {a['subject']}")
     s.emit({"room": s.room_name, "log": acts}, show)

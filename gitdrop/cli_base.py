@@ -246,14 +246,17 @@ def short_id(oid: str) -> str:
 
 
 def table(columns, rows, title: str = "") -> None:
-    """A table for people (rich, imported only here). Cells are short: no bodies."""
+    """A table for people (rich, imported only here). Cells are short: no bodies.
+    A cell is text, or (text, colour); text is never read as markup."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     t = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
     for col in columns:
         t.add_column(col, overflow="fold" if col in ("title", "subject", "text") else "ellipsis")
     for row in rows:
-        t.add_row(*[str(x) for x in row])
+        t.add_row(*[Text(str(c[0]), style=c[1]) if isinstance(c, tuple) else Text(str(c))
+                    for c in row])
     Console(highlight=False, soft_wrap=False).print(t)
 
 

@@ -59,7 +59,7 @@ def list_(s: Scope,
             print(f"no tasks in {s.room_name}" + (" match" if state or assignee or tag else ""))
             return
         table(["id", "state", "prio", "assignee", "title", "tags"],
-              [(t["id"], paint(t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
+              [(t["id"], (t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
                 t["assignee"] or "-", t["title"], ", ".join(t["tags"])) for t in tasks])
     s.emit({"room": s.room_name, "tasks": tasks}, show)
 
