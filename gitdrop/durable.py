@@ -3,15 +3,15 @@ journal commit per operation instead of two per file.
 
 libgit2's fsync mode (pygit2.settings.enable_fsync_gitdir) fsyncs every loose
 object and its directory, then the ref's lock file and the refs directory: a
-send costs four journal commits, a task move about ten. On ext4 the same
-guarantee takes one: each object's data is written back (sync_file_range,
-which commits nothing), then the ref's lock file likewise, the lock is renamed
-over the ref, and one fsync of the ref's directory commits the journal
-transaction that holds every object's allocation, every rename and the ref
-(ext4 has one journal whose transactions commit in order, and the commit
-flushes the device cache first). The ref can never be durable before the
-objects it names: their data was written before the ref was, and their
-metadata sits in the same transaction or an earlier one. See docs/DURABILITY.md.
+send costs four journal commits, a task move about ten. On ext4 with a journal
+the same guarantee takes one: each object's data is written back before the
+object gets its name (sync_file_range, which writes the data and commits
+nothing), the ref's lock file likewise, the lock is renamed over the ref, and
+one fsync of the ref's directory commits the journal transaction holding every
+allocation and rename (ext4 has one journal whose transactions commit in
+order, and a commit flushes the device cache first). So nothing named is ever
+without its data, and the ref is never durable before the objects it names.
+See docs/DURABILITY.md.
 
 Objects are written in git's loose format and refs with git's lock protocol
 (`<ref>.lock` created exclusively, old value compared under the lock, renamed
@@ -23,7 +23,6 @@ import os
 import zlib
 
 METHODS = ("batch", "fsync", "none")
-_SYNC_WRITE = 2                  # SYNC_FILE_RANGE_WRITE: start writeback
 _SYNC_WAIT = 1 | 2 | 4           # WAIT_BEFORE | WRITE | WAIT_AFTER
 _libc = None
 
@@ -85,48 +84,49 @@ class Writer:
             raise ValueError(f"unknown fsync method {method!r}")
         self.git_dir = git_dir
         self.method = method
-        self.pending: list[int] = []     # fds of object files being written back
         self.new_dirs: set[str] = set()  # object directories made (fsync method)
 
     # --- objects --------------------------------------------------------------
     def write(self, kind: str, data: bytes) -> str:
-        """Store one object in the loose format; returns its id (hex)."""
+        """Store one object in the loose format; returns its id (hex). An object
+        gets its name only once its data is on the device (batch: written back;
+        fsync: fsynced), so a crash never leaves a named object without content."""
         raw = b"%s %d\0" % (kind.encode(), len(data)) + data
         oid = hashlib.sha1(raw).hexdigest()
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
         if os.path.exists(path):
-            if self.method == "batch":  # maybe written by a writer that has not synced yet
-                try:
-                    self.pending.append(os.open(path, os.O_RDONLY))
-                except FileNotFoundError:  # pruned meanwhile: write it again below
-                    pass
-                else:
-                    return oid
-            else:
-                return oid
+            if self.method == "batch":
+                self._written_back(path)  # cheap if it already is (it should be)
+            return oid
         if not os.path.isdir(d):
             os.makedirs(d, exist_ok=True)
             self.new_dirs.add(d)
         tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        keep = False
         try:
             os.write(fd, zlib.compress(raw, 1))
             if self.method == "batch":
-                _sync_file_range(fd, _SYNC_WRITE)  # start it; waited for at the ref
-                keep = True
+                _sync_file_range(fd, _SYNC_WAIT)
             elif self.method == "fsync":
                 os.fsync(fd)
         finally:
-            if keep:
-                self.pending.append(fd)
-            else:
-                os.close(fd)
+            os.close(fd)
         os.replace(tmp, path)
         if self.method == "fsync":
             _fsync_path(d)
         return oid
+
+    @staticmethod
+    def _written_back(path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            _sync_file_range(fd, _SYNC_WAIT)
+        finally:
+            os.close(fd)
 
     def blob(self, data: bytes) -> str:
         return self.write("blob", data)
@@ -147,17 +147,8 @@ class Writer:
         return self.write("commit", head + b"author %s\ncommitter %s\n\n" % (who, who)
                           + message.encode())
 
-    def _wait_objects(self) -> None:
-        try:
-            for fd in self.pending:
-                _sync_file_range(fd, _SYNC_WAIT)
-        finally:
-            self.close()
-
     def close(self) -> None:
-        """Forget objects not yet waited for (a lost race, a refusal)."""
-        while self.pending:
-            os.close(self.pending.pop())
+        """Nothing is held between calls (kept for callers that clean up)."""
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
@@ -191,15 +182,12 @@ class Writer:
                 os.makedirs(d, exist_ok=True)
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
-            self.close()
             return False
         try:
             try:
                 if self.current(ref) != expected:
-                    self.close()
                     return False
                 os.write(fd, new.encode() + b"\n")
-                self._wait_objects()
                 if self.method == "batch":
                     _sync_file_range(fd, _SYNC_WAIT)
                 elif self.method == "fsync":
