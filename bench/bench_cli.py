@@ -3,7 +3,8 @@
 Builds a throwaway hub whose lobby holds ~10k commits, then, each round, has the
 lead send 5 messages to core/spartan (in process, untimed) and times
 `gitdrop inbox --as core/spartan` as a subprocess, interleaved with the
-baselines `python -c pass` and `python -c "import pygit2"` measured the same way.
+baselines `python -c pass`, `python -c "import pygit2"` and the floor of any Typer
+CLI over pygit2, `python -c "import pygit2, typer"`, measured the same way.
 
     /work/venv/bin/python bench/bench_cli.py [--commits 10000] [--rounds 21]
 """
@@ -86,6 +87,7 @@ def main() -> None:
         cmds = {
             "python -c pass": [py, "-c", "pass"],
             'python -c "import pygit2"': [py, "-c", "import pygit2"],
+            'python -c "import pygit2, typer"': [py, "-c", "import pygit2, typer"],
             "gitdrop inbox --as core/spartan": [gitdrop, "inbox", "--as", READER],
         }
         for cmd in cmds.values():  # warm up: page cache, .pyc files
@@ -105,6 +107,7 @@ def main() -> None:
         for name, ts in times.items():
             med = statistics.median(ts)
             print(f"{name:<36}{med:>10.1f}{min(ts):>9.1f}{med / base:>10.2f}")
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
         inbox = statistics.median(times["gitdrop inbox --as core/spartan"])
         print(f"gitdrop inbox (5 new messages, {depth} commits): median {inbox:.0f} ms; "
               f"target < 150 ms; {inbox - base:.0f} ms over importing pygit2")

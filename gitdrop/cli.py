@@ -56,15 +56,14 @@ class LazyGroup(PlainGroup):
             mod = importlib.import_module(f"gitdrop.{module}")
             if group:  # `task_app` etc.: the group is the command
                 built = typer.main.get_command(getattr(mod, f"{name}_app"))
-            else:  # one of the module's commands; its group is built once
-                if module not in self._modules:
-                    self._modules[module] = typer.main.get_command(mod.app)
-                built = self._modules[module].commands[name]
+            else:  # build just this one of the module's commands
+                info = next(c for c in mod.app.registered_commands if c.name == name)
+                built = typer.main.get_command_from_info(
+                    info, pretty_exceptions_short=mod.app.pretty_exceptions_short,
+                    rich_markup_mode=mod.app.rich_markup_mode)
             built.name, built.rich_help_panel = name, panel
             self.commands[name] = built
         return self.commands.get(name)
-
-    _modules: dict = {}
 
 
 app = typer.Typer(
