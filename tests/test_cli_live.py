@@ -71,6 +71,27 @@ def test_token_mints_a_bearer_token_per_agent(gd, team, hub):
     assert tokens.Verifier(hub.path).agent(plain) == "core/spartan"
 
 
+def test_serve_speaks_mcp_over_stdio_as_the_agent_given(gd, team):
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}
+    p = subprocess.Popen([*ENTRY, "--as", "core/juno", "serve"], env=gd.env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        p.stdin.write(json.dumps(init) + "\n")
+        p.stdin.flush()
+        reply = json.loads(p.stdout.readline())
+    finally:
+        p.stdin.close()
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    assert reply["id"] == 1 and reply["result"]["serverInfo"]["name"] == "gitdrop", reply
+    assert "core/juno" in reply["result"]["instructions"]
+
+
 def test_serve_is_registered_with_its_options(gd):
     out = gd.ok("serve", "--help", env={"COLUMNS": "150"}).out
     for opt in ("--transport", "--host", "--port", "--tools", "--as", "stdio", "http"):
