@@ -199,7 +199,8 @@ def main():
           + (" --fsync" if a.fsync else ""))
     print(f"# {me}")
     print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before the run")
-    print(f"# hub {path}; {os.cpu_count()} CPUs; git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]}")
+    gitv = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.split()[-1]
+    print(f"# hub {path}; {os.cpu_count()} CPUs; git {gitv}")
 
     mod = [PY, "-m", "gitdrop.notifier"]
     common = ["--hub", path, "--room", "bench", "--as", "spartan"]
@@ -213,8 +214,8 @@ def main():
     watch = Proc(mod + ["watch"] + common, "streaming events")
     stream_latency(watch, room, 20)
     room.inbox("spartan", limit=0)
-    report("gitdrop watch (stream line)", " ".join(["python -m gitdrop.notifier watch"]
-                                                    + common), stream_latency(watch, room, a.sends), floor)
+    report("gitdrop watch (stream line)", "python -m gitdrop.notifier watch " + " ".join(common),
+           stream_latency(watch, room, a.sends), floor)
     watch.stop()
 
     lat = []
@@ -230,9 +231,9 @@ def main():
         CAS_MS.append((t1 - t0) * 1000)
         w.p.wait(10)
         assert w.p.returncode == 0, w.p.returncode
-    report("gitdrop wait (alert line)", " ".join(["python -m gitdrop.notifier wait"] + common
-                                                 + ["--timeout", "30"]) + f"  (one process per round, send {a.settle:g} s after it is ready)",
-           lat, floor)
+    report("gitdrop wait (alert line)",
+           f"python -m gitdrop.notifier wait {' '.join(common)} --timeout 30  "
+           f"(one process per round, send {a.settle:g} s after it is ready)", lat, floor)
 
     print(f"(the new tip becomes visible somewhere inside the ref update (lock file, rename"
           f"{', fsyncs' if a.fsync else ''}), which took median {pct(CAS_MS, 50):.2f} ms, p99 "
