@@ -71,6 +71,7 @@ class Proc:
     def __init__(self, args, ready):
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=dict(os.environ, GITDROP_AGENT=""))
+        STARTED.append(self.p)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         for line in self.p.stderr:
@@ -153,7 +154,8 @@ def idle_cpu(args, ready, seconds, shell=False):
     """CPU % and ms from /proc/<pid>/stat (with children), plus the process's own
     ns-precise CPU and wake-ups per second from schedstat."""
     if shell:
-        p = subprocess.Popen(args, shell=True)
+        p = subprocess.Popen(args, shell=True, start_new_session=True)
+        STARTED.append(p)
         time.sleep(0.5)
     else:
         p = Proc(args, ready).p
@@ -174,7 +176,19 @@ def show_idle(label, r, cmd):
     print(f"    command: {cmd}")
 
 
+STARTED: list[subprocess.Popen] = []
+
+
 def main():
+    try:
+        run()
+    finally:  # no watcher outlives the bench, even when it fails
+        for p in STARTED:
+            if p.poll() is None:
+                p.kill()
+
+
+def run():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sends", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=100)
@@ -186,7 +200,7 @@ def main():
                     help="durable ref updates (the default of a real hub); their fsyncs then "
                          "dominate the numbers, which are about the notifier")
     a = ap.parse_args()
-    base = tempfile.mkdtemp(prefix="gitdrop-bench-", dir=a.dir or None)
+    base = tempfile.mkdtemp(prefix="gitdrop-bench-notify-", dir=a.dir or None)
     path = os.path.join(base, "hub.git")
     h = hubmod.init(path, fsync=a.fsync)
     h.create_room("hub/admin", "bench", open_=True, settings={"loop_cap": 0})
