@@ -59,11 +59,15 @@ def report(label: str, times: dict, base: dict | None = None) -> None:
         if base:
             ratio = f"  = {statistics.median(times[verb]) / statistics.median(base[verb]):.1f}x core"
         print(f"  {label:<31} {verb:<12} {stats(times[verb])}{ratio}")
+    if "cpu" in times:
+        print(f"  {label:<31} CPU per call (send and check_inbox alike): "
+              f"{times['cpu'] * 1e3:.2f} ms")
 
 
 def core_baseline(path: str, rounds: int) -> dict:
     r = hubmod.Hub(path).room("lobby")
     times = {"send": [], "check_inbox": []}
+    cpu0 = time.process_time()
     for i in range(rounds):
         for me, other in ((A, B), (B, A)):
             t = time.perf_counter()
@@ -73,6 +77,7 @@ def core_baseline(path: str, rounds: int) -> dict:
             got = r.inbox(other, 20)
             times["check_inbox"].append(time.perf_counter() - t)
             assert len(got["messages"]) == 1, got
+    times["cpu"] = (time.process_time() - cpu0) / (4 * rounds)
     return times
 
 
@@ -127,6 +132,12 @@ class RawStdio:
         assert "error" not in reply and not reply["result"].get("isError"), reply
         return reply["result"]
 
+    def cpu(self) -> float:
+        """Seconds of CPU the server process used so far (user + system)."""
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def ok(self, tool, **args):
         return self.rpc("tools/call", {"name": tool, "arguments": args})["structuredContent"]
 
@@ -139,7 +150,10 @@ def raw_stdio(path: str, rounds: int) -> dict:
     a, b = RawStdio(path, A), RawStdio(path, B)
     try:
         times = {"send": [], "check_inbox": []}
+        cpu0 = None
         for i in range(rounds + 5):
+            if i == 5:
+                cpu0 = a.cpu() + b.cpu()
             for me, other, other_name in ((a, b, B), (b, a, A)):
                 t = time.perf_counter()
                 me.ok("send", to_agent=other_name, message=f"ping {i}")
@@ -150,6 +164,8 @@ def raw_stdio(path: str, rounds: int) -> dict:
                 if i >= 5:
                     times["send"].append(t1 - t)
                     times["check_inbox"].append(t2 - t1)
+        calls = 4 * rounds
+        times["cpu"] = (a.cpu() + b.cpu() - cpu0) / calls  # both servers, push included
         return times
     finally:
         a.close()
