@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import COMMON, PlainGroup, Scope, error_doc
+from .cli_base import AsOpt, HubOpt, JsonOpt, PlainGroup, RoomOpt, Scope, error_doc
 from .errors import UsageError
 
 # command -> (module, group?, help panel); the order is the order of --help.
@@ -84,8 +84,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def top(ctx: typer.Context,
-        hub: COMMON["hub"] = None, room: COMMON["room"] = None, as_: COMMON["as_"] = None,
-        json_: COMMON["json_"] = False,
+        hub: HubOpt = None, room: RoomOpt = None, as_: AsOpt = None, json_: JsonOpt = False,
         version: Annotated[Optional[bool], typer.Option(
             "--version", help="Print the version and exit.", is_eager=True,
             callback=_version)] = None):

@@ -31,7 +31,8 @@ def register(s: Scope,
              name: Annotated[str, typer.Argument(help="team/name, or a name with --team.")],
              role: Annotated[Optional[list[str]], typer.Option(
                  "--role", "-r", help="A role (repeat, or a comma list): lead, coder, ...")] = None,
-             team: Annotated[Optional[str], typer.Option("--team", "-t", help="The agent's team.")] = None,
+             team: Annotated[Optional[str], typer.Option(
+                 "--team", "-t", help="The agent's team.")] = None,
              description: Annotated[str, typer.Option("--description", "-d")] = ""):
     """Join the room as an agent (or update your roles and description)."""
     if "/" in name:
@@ -127,7 +128,8 @@ def _event_line(ev: dict) -> str:
 @command(app, "inbox")
 def inbox(s: Scope,
           peek: Annotated[bool, typer.Option("--peek", help="Show, but do not mark read.")] = False,
-          limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many (0: all).")] = 20):
+          limit: Annotated[int, typer.Option(
+              "--limit", "-n", help="At most this many (0: all).")] = 20):
     """What is waiting for you (messages and notices), oldest first; marks it read."""
     r = s.room.inbox(s.agent, limit=limit, peek=peek)
 
@@ -158,7 +160,8 @@ def history(s: Scope,
         for ev in msgs:
             to = ", ".join(x.rpartition("/")[2] if "/" in x else x for x in ev["to"])
             text = ev["text"].rstrip("\n").replace("\n", "\n    ")
-            print(f"{paint(ev['from'], 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}\n    {text}")
+            print(f"{paint(ev['from'], 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}")
+            print(f"    {text}")
     s.emit({"room": s.room_name, "messages": msgs}, show)
 
 

@@ -22,21 +22,19 @@ ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
 
 # The same options exist on the top level (where they read the environment) and on
 # every command (so `gitdrop inbox --as juno --json` works); a command's own wins.
-COMMON = {
-    "hub": Annotated[Optional[str], typer.Option(
-        "--hub", metavar="PATH|URL",
-        help="Hub: a path or a git URL (env GITDROP_HUB; default ~/.gitdrop/hub.git).",
-        rich_help_panel=PANEL, show_default=False)],
-    "room": Annotated[Optional[str], typer.Option(
-        "--room", metavar="ROOM", help="Room (env GITDROP_ROOM; default lobby).", rich_help_panel=PANEL,
-        show_default=False)],
-    "as_": Annotated[Optional[str], typer.Option(
-        "--as", metavar="AGENT",
-        help="Who you are: team/name, or a short name (env GITDROP_AGENT).",
-        rich_help_panel=PANEL, show_default=False)],
-    "json_": Annotated[bool, typer.Option(
-        "--json", help="Print exactly one JSON document on stdout.", rich_help_panel=PANEL)],
-}
+HubOpt = Annotated[Optional[str], typer.Option(
+    "--hub", metavar="PATH|URL",
+    help="Hub: a path or a git URL (env GITDROP_HUB; default ~/.gitdrop/hub.git).",
+    rich_help_panel=PANEL, show_default=False)]
+RoomOpt = Annotated[Optional[str], typer.Option(
+    "--room", metavar="ROOM", help="Room (env GITDROP_ROOM; default lobby).",
+    rich_help_panel=PANEL, show_default=False)]
+AsOpt = Annotated[Optional[str], typer.Option(
+    "--as", metavar="AGENT", help="Who you are: team/name, or a short name (env GITDROP_AGENT).",
+    rich_help_panel=PANEL, show_default=False)]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print exactly one JSON document on stdout.", rich_help_panel=PANEL)]
+COMMON = {"hub": HubOpt, "room": RoomOpt, "as_": AsOpt, "json_": JsonOpt}
 
 
 class _Plain:

@@ -58,14 +58,16 @@ def room_create(s: Scope,
     """Create a room (a new branch rooms/NAME)."""
     r = s.hub.create_room(s.agent_value or "hub/admin", name, split_list(team), open_=open_)
     s.emit(r, f"room {name} created" + (f" for {', '.join(r['teams'])}" if r["teams"] else "")
-           + (" (open to all teams)" if r["open"] else "") + f"\nnext: gitdrop --room {name} register team/name")
+           + (" (open to all teams)" if r["open"] else "")
+           + f"\nnext: gitdrop --room {name} register team/name")
 
 
 @command(room_app, "list")
 def room_list(s: Scope,
               all_: Annotated[bool, typer.Option("--all", help="Active and archived.")] = False,
               archived: Annotated[bool, typer.Option("--archived", help="Archived only.")] = False,
-              team: Annotated[str, typer.Option("--team", help="Only the rooms of this team.")] = ""):
+              team: Annotated[str, typer.Option(
+                  "--team", help="Only the rooms of this team.")] = ""):
     """The hub's rooms with their teams, activity and health."""
     if team:
         rooms = s.hub.rooms_of_team(team)

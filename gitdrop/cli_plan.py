@@ -26,7 +26,7 @@ def hs_start(s: Scope,
                  "--plan-file", help="Read the plan from a file ('-': stdin).",
                  show_default=False)] = None,
              to: Annotated[Optional[list[str]], typer.Option(
-                 "--to", help="Who must ack (repeat; default: everyone else in the room).")] = None):
+                 "--to", help="Who must ack (repeat; default: everyone else here).")] = None):
     """Start a handshake (leads only); prints its id."""
     text = read_text(plan, plan_file, "plan")
     if not text.strip():
@@ -41,8 +41,8 @@ def hs_start(s: Scope,
 def hs_ack(s: Scope, hid: Annotated[int, typer.Argument(help="The handshake's id.")]):
     """Acknowledge a plan you were asked to agree to (once)."""
     r = s.room.ack_handshake(s.agent, hid)
-    s.emit(r, f"handshake {hid}: acked ({paint('GO', 'green') if r['status'] == 'go' else 'pending'})"
-              f" [{short_id(r['commit'])}]")
+    status = paint("GO", "green") if r["status"] == "go" else "pending"
+    s.emit(r, f"handshake {hid}: acked ({status}) [{short_id(r['commit'])}]")
 
 
 @command(handshake_app, "status")
@@ -154,5 +154,6 @@ def ctx_get(s: Scope, key: Annotated[Optional[str], typer.Argument(
             print(f"no context in {s.room_name}")
         for k, v in ctx.items():
             first = v.split("\n", 1)[0]
-            print(f"{paint(k, 'bold')}: {first[:100]}" + (" …" if "\n" in v or len(first) > 100 else ""))
+            more = " …" if "\n" in v or len(first) > 100 else ""
+            print(f"{paint(k, 'bold')}: {first[:100]}{more}")
     s.emit({"room": s.room_name, "context": ctx}, show)

@@ -20,9 +20,10 @@ STATE_COLOUR = {"completed": "green", "review": "magenta", "in_progress": "cyan"
 @command(task_app, "create")
 def create(s: Scope,
            title: Annotated[str, typer.Argument(help="A short title.")],
-           assign: Annotated[str, typer.Option("--assign", "-a", help="Assign it to an agent.")] = "",
-           priority: Annotated[int, typer.Option("--priority", "-p", help="Higher goes first.")] = 0,
-           tag: Annotated[Optional[list[str]], typer.Option("--tag", help="A tag (repeat).")] = None,
+           assign: Annotated[str, typer.Option("--assign", "-a", help="The assignee.")] = "",
+           priority: Annotated[int, typer.Option("--priority", "-p", help="Higher first.")] = 0,
+           tag: Annotated[Optional[list[str]], typer.Option(
+               "--tag", help="A tag (repeat, or a comma list).")] = None,
            body: Annotated[Optional[str], typer.Option(
                "--body", help="The instructions.", show_default=False)] = None,
            body_file: Annotated[Optional[str], typer.Option(
@@ -47,10 +48,13 @@ def create(s: Scope,
 
 @command(task_app, "list")
 def list_(s: Scope,
-          state: Annotated[str, typer.Option("--state", help="Only these states (comma list).")] = "",
-          assignee: Annotated[str, typer.Option("--assignee", help="Only this agent's ('none': unassigned).")] = "",
+          state: Annotated[str, typer.Option(
+              "--state", help="Only these states (comma list).")] = "",
+          assignee: Annotated[str, typer.Option(
+              "--assignee", help="Only this agent's ('none': unassigned).")] = "",
           tag: Annotated[str, typer.Option("--tag")] = "",
-          all_: Annotated[bool, typer.Option("--all", help="Include completed and cancelled.")] = False):
+          all_: Annotated[bool, typer.Option(
+              "--all", help="Include completed and cancelled.")] = False):
     """The room's tasks, highest priority first (done ones hidden unless --all)."""
     tasks = s.room.list_tasks(state=state, assignee=assignee, tag=tag, include_done=all_)
 
@@ -84,8 +88,9 @@ def show(s: Scope, task_id: Id):
 
 def _move(s: Scope, task_id: str, move: str, **kw) -> None:
     r = s.room.move_task(s.agent, task_id, move, **kw)
-    line = (f"task {r['id']}: {r['from']} → {paint(r['state'], STATE_COLOUR.get(r['state'], 'bold'))}"
-            if r["from"] != r["state"] else f"task {r['id']}: {move} ({r['state']})")
+    state = paint(r["state"], STATE_COLOUR.get(r["state"], "bold"))
+    line = (f"task {r['id']}: {r['from']} → {state}" if r["from"] != r["state"]
+            else f"task {r['id']}: {move} ({r['state']})")
     s.emit(r, line + f" [{short_id(r['commit'])}]")
 
 

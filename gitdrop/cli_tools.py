@@ -43,7 +43,8 @@ def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
 
 @command(app, "serve")
 def serve(s: Scope,
-          transport: Annotated[Transport, typer.Option("--transport", help="stdio or http.")] = Transport.stdio,
+          transport: Annotated[Transport, typer.Option(
+              "--transport", help="stdio or http.")] = Transport.stdio,
           host: Annotated[str, typer.Option("--host", help="Address for http.")] = "127.0.0.1",
           port: Annotated[int, typer.Option("--port", help="Port for http.")] = 9400,
           tools: Annotated[Tools, typer.Option(

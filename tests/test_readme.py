@@ -67,10 +67,10 @@ def script(stmts: list[str]) -> str:
             out.append(f"{s}\nrc=$?")
         else:
             out.append(f"got=$(\n{s}\n)\nrc=$?\n"
-                       f"[ \"$got\" = {shlex.quote(prints)} ] || "
-                       f"{{ echo \"README step {n} printed $got, not {prints}: \"{quoted} >&2; exit 98; }}")
-        out.append(f"[ $rc -eq {rc} ] || {{ echo \"README step {n} exited $rc, not {rc}: \"{quoted} >&2; "
-                   "exit 99; }")
+                       f"[ \"$got\" = {shlex.quote(prints)} ] || {{ echo \"README step {n} "
+                       f"printed $got, not {prints}: \"{quoted} >&2; exit 98; }}")
+        out.append(f"[ $rc -eq {rc} ] || {{ echo \"README step {n} exited $rc, not {rc}: "
+                   f"\"{quoted} >&2; exit 99; }}")
     return "\n".join(out) + "\necho README-TOUR-DONE\n"
 
 
