@@ -170,13 +170,14 @@ def run(keep: bool = False, narrate: bool = True, out=print) -> list[dict]:
         s("the whole room re-checks from its first commit",
           lambda: f"{len(h.verify('lobby'))} commits, every one accepted")
 
-        story.say("\nThe room's history is plain git: "
-                  f"git --git-dir {hub_path} log --oneline rooms/lobby\n")
-        story.say(_git("--git-dir", hub_path, "log", "--reverse",
-                       "--format=%h %<(13)%an %s", "rooms/lobby").rstrip())
         ok = sum(st["ok"] for st in story.steps)
         story.say(f"\n{ok} of {len(story.steps)} steps went as expected"
-                  + (f"; the hub is kept at {hub_path}" if keep else "."))
+                  + (f"; the hub is kept at {hub_path}." if keep else "."))
+        fmt_ = "%h %<(13)%an %s"
+        story.say("Every act above is a commit; the room's history is plain git:\n"
+                  f"$ git --git-dir {hub_path} log --reverse --format='{fmt_}' rooms/lobby\n")
+        story.say(_git("--git-dir", hub_path, "log", "--reverse", f"--format={fmt_}",
+                       "rooms/lobby").rstrip())
     except Exception as e:  # a step that cannot run at all ends the story
         story.steps.append({"step": len(story.steps) + 1, "title": "unexpected error",
                             "expect": "ok", "outcome": "error", "ok": False,

@@ -74,7 +74,7 @@ def test_demo_narrates_and_ends_with_the_rooms_git_log(gd):
     assert "refused by rule unread-before-send" in out
     assert "refused by rule task-state-machine" in out
     assert "next step:" in out
-    log = out.split("log --oneline rooms/lobby", 1)[1]
+    log = out.split("' rooms/lobby\n", 1)[1]  # after the git log command line
     lines = [x for x in log.strip().splitlines() if x.strip()]
     assert "room lobby created" in lines[0]
     subjects = "\n".join(lines)
@@ -83,3 +83,4 @@ def test_demo_narrates_and_ends_with_the_rooms_git_log(gd):
               "task 3: document GET /users", "task 3 pending → assigned by ada"):
         assert s in subjects, s
     assert f"{len(STORY)} of {len(STORY)} steps went as expected" in out
+    assert "task 3 pending → assigned by ada" in out.rstrip().splitlines()[-1]  # ends with the log
