@@ -27,7 +27,22 @@ class CatFile:
         self._out = os.fdopen(self._r, "rb")
         self._commits: dict[str, CommitData] = {}
         self._trees: dict[str, dict] = {}
-        self.walks: dict = {}  # rules' memo of unread walks (keyed by commit ids)
+        self._git_dir = git_dir or os.environ.get("GIT_DIR", ".")
+        self._walks = None
+
+    @property
+    def walks(self):
+        """The hub's memo of walks to read cursors (gitdrop.walkmemo), read on
+        first need; the hook adds to it in memory only."""
+        if self._walks is None:
+            from .walkmemo import WalkMemo, path_for
+            self._walks = WalkMemo(path_for(self._git_dir))
+            self._walks.path = ""  # never written from the hook
+        return self._walks
+
+    @walks.setter
+    def walks(self, memo):
+        self._walks = memo
 
     def close(self):
         try:

@@ -219,18 +219,35 @@ class Room:
 
     def _events_since(self, view: RoomView, cursor: str, agent: str):
         lead = view.is_lead(agent)
-        out = []
-        for c in first_parent_walk(self.store.reader, view.commit):
+        reader = self.store.reader
+        # What concerns the agent between its cursor and a tip T is memoized by
+        # commit ids (store.Reader.walks, kept between processes): an agent that
+        # nothing concerns never moves its cursor, and would walk back to it on
+        # every call. Only the walk from the tip down to T is new work.
+        memo = getattr(reader, "walks", None)
+        key = ("inbox", agent, cursor, lead)
+        got = memo.get(key) if memo is not None else None
+        found = []  # "oid:how", newest first
+        for c in first_parent_walk(reader, view.commit):
             if c.oid == cursor:
+                break
+            if got is not None and c.oid == got[0]:
+                found.extend(got[1])
                 break
             if c.author == agent:
                 continue
-            ev = events.event(self.store.reader, c)
-            how = events.concerns(ev, agent, lead)
+            how = events.concerns(events.event(reader, c), agent, lead)
             if how:
-                ev["via"] = how
-                out.append(ev)
-        out.reverse()
+                found.append(f"{c.oid}:{how}")
+        if memo is not None and len(found) <= 500:
+            memo[key] = (view.commit, found)
+            getattr(memo, "flush", lambda: None)()
+        out = []
+        for item in reversed(found):
+            oid, _, how = item.partition(":")
+            ev = events.event(reader, reader.commit(oid))
+            ev["via"] = how
+            out.append(ev)
         return out
 
     def inbox(self, agent: str, limit: int = 20, peek: bool = False) -> dict:

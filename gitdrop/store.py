@@ -11,7 +11,7 @@ import time
 
 import pygit2
 
-from . import durable, model, rules
+from . import durable, model, rules, walkmemo
 from .errors import Conflict, GitdropError, NotFound, Refusal
 from .view import CommitData, RoomView
 
@@ -33,7 +33,19 @@ class Reader:
     def __init__(self, repo: pygit2.Repository):
         self.repo = repo
         self._commits: dict[str, CommitData] = {}
-        self.walks: dict = {}  # rules' memo of unread walks (keyed by commit ids)
+        self._walks = False
+
+    @property
+    def walks(self):
+        """Memo of the walks back to read cursors (rules, inbox), kept in the hub
+        between processes (gitdrop.walkmemo); loaded when first needed."""
+        if self._walks is False:
+            self._walks = walkmemo.WalkMemo(walkmemo.path_for(self.repo.path))
+        return self._walks
+
+    @walks.setter
+    def walks(self, memo):
+        self._walks = memo
 
     def commit(self, oid: str) -> CommitData:
         c = self._commits.get(oid)
@@ -253,6 +265,8 @@ class Store:
                     w.close()
             if moved:
                 if tip == start or self.publish is None or self.publish(ref, start, tip):
+                    if self.reader._walks:
+                        self.reader._walks.flush()
                     return out
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")

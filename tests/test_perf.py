@@ -34,9 +34,11 @@ def _hub(path, clock, settings, memo: bool):
     return h, room
 
 
-def _play(room, clock, rng, steps):
+def _play(room, clock, rng, steps, reopen=None):
     out = []
-    for _ in range(steps):
+    for step in range(steps):
+        if reopen and step % 25 == 24:
+            room = reopen()  # a fresh process: the memo comes back from the hub's file
         r = rng.random()
         clock.now += rng.choice([0, 0, 1, 5, 20, 61]) if r > 0.05 else -rng.randint(1, 200)
         who = rng.choice(AGENTS)
@@ -62,7 +64,10 @@ def test_memo_keeps_verdicts(tmp_path, seed, settings):
     for memo in (True, False):
         clock = Clock(start)
         h, room = _hub(tmp_path / f"hub-{memo}", clock, settings, memo)
-        runs.append((h, _play(room, clock, random.Random(seed), 160)))
+
+        def reopen(h=h, clock=clock):
+            return hubmod.Hub(h.store.path, clock=clock).room("r")
+        runs.append((h, _play(room, clock, random.Random(seed), 160, reopen if memo else None)))
     (h1, a), (h2, b) = runs
     assert a == b
     kinds = {x[0] for x in a} | {x[1] for x in a if x[0] == "refused"}
@@ -136,3 +141,31 @@ NAME_CHARS = st.sampled_from(list("aZ09_.-\n/ é١"))
 def test_name_patterns_match_as_re_did(s):
     for pat, n in ((model.NAME_RE, 39), (model.KEY_RE, 79)):
         assert bool(pat.match(s)) == bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}$" % n, s))
+
+
+def test_a_fresh_process_walks_only_what_is_new(tmp_path):
+    """An agent nothing concerns keeps an old cursor; after one long walk, later
+    processes (CLI calls) read only the commits since, for send and inbox."""
+    h = hubmod.init(str(tmp_path / "h"), room="", fsync=False)
+    h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
+    room = h.room("r")
+    for a in ("t/talk", "t/sink", "t/other"):
+        room.register(a)
+    for i in range(300):
+        room.send("t/other", "t/sink", f"filler {i}")
+
+    def reads(fn):
+        fresh = hubmod.Hub(h.store.path)
+        reader = fresh.store.reader
+        seen = []
+        real = reader.commit
+        reader.commit = lambda oid: seen.append(oid) or real(oid)
+        fn(fresh.room("r"))
+        return len(seen)
+    assert reads(lambda r: r.send("t/talk", "t/sink", "first")) > 300
+    assert reads(lambda r: r.send("t/talk", "t/sink", "second")) < 20
+    assert reads(lambda r: r.inbox("t/talk")) > 300
+    assert reads(lambda r: r.inbox("t/talk")) < 20
+    room.send("t/other", "t/talk", "now something concerns talk")
+    got = hubmod.Hub(h.store.path).room("r").inbox("t/talk", peek=True)
+    assert [m["text"] for m in got["messages"]] == ["now something concerns talk"]
