@@ -19,7 +19,12 @@ def init(s: Scope, path: Annotated[Optional[str], typer.Argument(
 
     On an existing hub it reinstalls the hooks and settings; nothing is lost."""
     from .hub import init as init_hub
-    h = init_hub(path or s.hub_value)
+    from .remote import is_url
+    where = path or s.hub_value
+    if is_url(where):
+        raise UsageError(f"{where} is a git URL; init makes a hub on this machine",
+                         "run gitdrop init PATH where the hub lives, then use --hub URL")
+    h = init_hub(where)
     rooms = h.store.rooms()
     s.emit({"hub": h.path, "rooms": rooms},
            f"hub ready at {h.path} (rooms: {', '.join(rooms) or 'none'})\n"

@@ -65,6 +65,7 @@ def test_init_creates_a_hub_with_hooks_and_a_lobby(gd, tmp_path):
     assert os.access(os.path.join(path, "hooks", "pre-receive"), os.X_OK)
     again = gd.ok("init", path)  # idempotent: an upgrade in place
     assert "lobby" in again.out
+    gd.refused(2, "usage", "init", "ssh://example.org/hub.git")
 
 
 def test_default_hub_is_created_on_first_use(tmp_path):
