@@ -1,30 +1,24 @@
-"""Object access through one `git cat-file --batch` process.
+"""Object access for the pre-receive hook, without pygit2.
 
-The pre-receive hook uses this instead of pygit2: starting Python and importing
-pygit2 costs ~100 ms per push, this costs ~1 ms (os.posix_spawn, not subprocess).
-It sees the push's quarantined objects because git passes their location in the
-environment.
+Starting Python and importing pygit2 costs ~100 ms per push. Loose objects (what
+a small push unpacks into its quarantine, and what gitdrop writes) are read
+straight from their files with zlib; anything else (packed objects) through one
+`git cat-file --batch` process, started on first need with os.posix_spawn (not
+subprocess). Both see the push's quarantined objects because git passes their
+location in the environment.
 """
 
 import os
+import zlib
 
 from .view import CommitData
 
 
 class CatFile:
     def __init__(self, git_dir: str | None = None, git: str = "git"):
-        rin, self._w = os.pipe()
-        self._r, wout = os.pipe()
-        argv = [git] + (["--git-dir", git_dir] if git_dir else []) + ["cat-file", "--batch"]
-        path = git if "/" in git else _which(git)
-        self.pid = os.posix_spawn(path, argv, os.environ,
-                                  file_actions=[(os.POSIX_SPAWN_DUP2, rin, 0),
-                                                (os.POSIX_SPAWN_DUP2, wout, 1),
-                                                (os.POSIX_SPAWN_CLOSE, self._w),
-                                                (os.POSIX_SPAWN_CLOSE, self._r)])
-        os.close(rin)
-        os.close(wout)
-        self._out = os.fdopen(self._r, "rb")
+        self._git, self._git_arg = git, git_dir
+        self.pid = 0  # the cat-file process, once started
+        self._loose = _object_dirs(git_dir)
         self._commits: dict[str, CommitData] = {}
         self._trees: dict[str, dict] = {}
         self._git_dir = git_dir or os.environ.get("GIT_DIR", ".")
@@ -44,7 +38,24 @@ class CatFile:
     def walks(self, memo):
         self._walks = memo
 
+    def _start(self):
+        rin, self._w = os.pipe()
+        self._r, wout = os.pipe()
+        git, git_dir = self._git, self._git_arg
+        argv = [git] + (["--git-dir", git_dir] if git_dir else []) + ["cat-file", "--batch"]
+        path = git if "/" in git else _which(git)
+        self.pid = os.posix_spawn(path, argv, os.environ,
+                                  file_actions=[(os.POSIX_SPAWN_DUP2, rin, 0),
+                                                (os.POSIX_SPAWN_DUP2, wout, 1),
+                                                (os.POSIX_SPAWN_CLOSE, self._w),
+                                                (os.POSIX_SPAWN_CLOSE, self._r)])
+        os.close(rin)
+        os.close(wout)
+        self._out = os.fdopen(self._r, "rb")
+
     def close(self):
+        if not self.pid:
+            return
         try:
             os.close(self._w)
             self._out.close()
@@ -52,7 +63,27 @@ class CatFile:
         except OSError:
             pass
 
+    def _read_loose(self, oid: str) -> tuple[str, bytes] | None:
+        if len(oid) != 40 or oid.strip("0123456789abcdef"):
+            return None
+        for d in self._loose:
+            try:
+                with open(os.path.join(d, oid[:2], oid[2:]), "rb") as f:
+                    raw = zlib.decompress(f.read())
+            except (OSError, zlib.error):
+                continue
+            head, _, data = raw.partition(b"\0")
+            kind, _, size = head.partition(b" ")
+            if size.isdigit() and int(size) == len(data):
+                return kind.decode(), data
+        return None
+
     def raw(self, rev: str) -> tuple[str, bytes] | None:
+        got = self._read_loose(rev) if self._loose else None
+        if got is not None:
+            return got
+        if not self.pid:
+            self._start()
         os.write(self._w, rev.encode() + b"\n")
         header = self._out.readline().split()
         if len(header) != 3:
@@ -165,6 +196,22 @@ class CatFile:
             return None
         got = self.raw(oid)
         return got[1].decode("utf-8", "replace") if got else None
+
+
+def _object_dirs(git_dir: str | None) -> list[str]:
+    """Where loose objects live, in git's order: the object directory (in a push,
+    the quarantine) and its alternates from the environment. Empty (cat-file for
+    everything) when it cannot be told for sure."""
+    env = os.environ
+    objects = env.get("GIT_OBJECT_DIRECTORY") or (
+        os.path.join(git_dir or env.get("GIT_DIR", ""), "objects")
+        if git_dir or env.get("GIT_DIR") else "")
+    if not objects:
+        return []
+    alternates = env.get("GIT_ALTERNATE_OBJECT_DIRECTORIES", "")
+    if alternates.startswith('"'):
+        return []  # quoted (unusual paths): leave it to git
+    return [objects] + [a for a in alternates.split(os.pathsep) if a]
 
 
 def _which(name: str) -> str:
