@@ -88,7 +88,7 @@ import re  # noqa: E402
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from gitdrop import fmt, model  # noqa: E402
+from gitdrop import fmt, model  # noqa: E402,F811
 
 
 def _json_value(raw):
@@ -169,3 +169,44 @@ def test_a_fresh_process_walks_only_what_is_new(tmp_path):
     room.send("t/other", "t/talk", "now something concerns talk")
     got = hubmod.Hub(h.store.path).room("r").inbox("t/talk", peek=True)
     assert [m["text"] for m in got["messages"]] == ["now something concerns talk"]
+
+
+def test_hook_reads_loose_and_packed_objects(tmp_path):
+    """The hook reads loose objects from their files and packed ones through
+    git cat-file: after a repack, pushes are still judged (one in, one out)."""
+    import subprocess
+    import time
+
+    import pygit2
+
+    from gitdrop.view import render_file
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    h.room("lobby").register("t/ann")
+    subprocess.run(["git", "--git-dir", h.store.path, "repack", "-adq"], check=True)
+    client = str(tmp_path / "client.git")
+    subprocess.run(["git", "clone", "-q", "--bare", h.store.path, client], check=True)
+    repo = pygit2.Repository(client)
+    ref = "refs/heads/rooms/lobby"
+    tip = repo.references[ref].target
+    now = int(time.time())
+
+    def commit(author, files):
+        tb = repo.TreeBuilder(repo[tip].tree)
+        sub = repo.TreeBuilder()
+        for name, text in files.items():
+            sub.insert(name, repo.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB)
+        tb.insert("tasks", sub.write(), pygit2.GIT_FILEMODE_TREE)
+        sig = pygit2.Signature(author, "x@t.gitdrop", now, 0)
+        return repo.create_commit(None, sig, sig, "task 1 by hand\n", tb.write(), [tip])
+
+    task = render_file("task", model.with_defaults("task", {
+        "id": "1", "title": "by hand", "creator": "t/ann", "created": now, "updated": now}))
+    bad = commit("t/nobody", {"1.md": task.replace("t/ann", "t/nobody")})
+    p = subprocess.run(["git", "--git-dir", client, "push", h.store.path, f"{bad}:{ref}"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "registered-author" in p.stderr
+    good = commit("t/ann", {"1.md": task})
+    p = subprocess.run(["git", "--git-dir", client, "push", h.store.path, f"{good}:{ref}"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert hubmod.Hub(h.store.path).room("lobby").task("1")["title"] == "by hand"
