@@ -169,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default="", help="work in this directory (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the hubs afterwards")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--verify", action="store_true",
+                    help="re-validate each built room from its first commit (slow for 100k)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     work = a.dir or tempfile.mkdtemp(prefix="gitdrop-bench-")
@@ -182,7 +184,12 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             p = os.path.join(work, f"hub-{size}.git")
             shutil.rmtree(p, ignore_errors=True)
-            common.make_room(p, size, tasks=a.tasks)
+            h = common.make_room(p, size, tasks=a.tasks)
+            if a.verify:
+                t1 = time.perf_counter()
+                n = len(h.verify(ROOM))
+                print(f"verified: all {n} commits of the {size}-commit room pass the rules "
+                      f"({time.perf_counter() - t1:.1f}s)")
             targets[("git", size)] = GitTarget(p, size, a.tasks)
             db = os.path.join(work, f"sqlite-{size}.db")
             for suffix in ("", "-wal", "-shm"):
