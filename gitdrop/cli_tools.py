@@ -51,7 +51,10 @@ def serve(s: Scope,
               "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent):
     """Run the MCP server (stdio for one agent; http with per-agent bearer tokens)."""
     from .mcp_server import serve as run
-    run(s.hub.path, s.room_name, s.agent_value, transport.value, host, port, tools.value)
+    # a git URL goes through as it is: the server writes through the remote hub
+    from .remote import is_url
+    hub = s.hub_value if is_url(s.hub_value) else s.hub.path
+    run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value)
 
 
 @command(app, "token")
