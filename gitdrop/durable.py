@@ -23,6 +23,7 @@ import os
 import zlib
 
 METHODS = ("batch", "fsync", "none")
+_SYNC_START = 2                  # SYNC_FILE_RANGE_WRITE: start writing, do not wait
 _SYNC_WAIT = 1 | 2 | 4           # WAIT_BEFORE | WRITE | WAIT_AFTER
 _libc = None
 
@@ -77,13 +78,18 @@ class Writer:
 
     method: "batch" (writeback per file, one fsync at the ref), "fsync" (fsync
     per file and directory, as libgit2 does) or "none" (the OS decides).
+    defer (batch): objects stay unnamed (temporary files being written back)
+    until move_ref, which waits for all of them and the ref's lock at once; use
+    it when nothing reads the new objects before the ref moves (one commit).
     """
 
-    def __init__(self, git_dir: str, method: str = "batch"):
+    def __init__(self, git_dir: str, method: str = "batch", defer: bool = False):
         if method not in METHODS:
             raise ValueError(f"unknown fsync method {method!r}")
         self.git_dir = git_dir
         self.method = method
+        self.defer = defer and method == "batch"
+        self.pending: dict[str, tuple[int, str]] = {}  # final path -> (fd, temporary path)
         self.new_dirs: set[str] = set()  # object directories made (fsync method)
 
     # --- objects --------------------------------------------------------------
@@ -95,6 +101,8 @@ class Writer:
         oid = hashlib.sha1(raw).hexdigest()
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
+        if path in self.pending:
+            return oid
         if os.path.exists(path):
             if self.method == "batch":
                 self._written_back(path)  # cheap if it already is (it should be)
@@ -106,12 +114,17 @@ class Writer:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             os.write(fd, zlib.compress(raw, 1))
+            if self.defer:
+                _sync_file_range(fd, _SYNC_START)
+                self.pending[path] = (fd, tmp)
+                return oid
             if self.method == "batch":
                 _sync_file_range(fd, _SYNC_WAIT)
             elif self.method == "fsync":
                 os.fsync(fd)
         finally:
-            os.close(fd)
+            if path not in self.pending:
+                os.close(fd)
         os.replace(tmp, path)
         if self.method == "fsync":
             _fsync_path(d)
@@ -148,7 +161,23 @@ class Writer:
                           + message.encode())
 
     def close(self) -> None:
-        """Nothing is held between calls (kept for callers that clean up)."""
+        """Drop deferred objects the ref did not take (a lost race, a refusal)."""
+        while self.pending:
+            _path, (fd, tmp) = self.pending.popitem()
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    def _name_pending(self) -> None:
+        """Wait for the deferred objects' data, then give them their names."""
+        for fd, _tmp in self.pending.values():
+            _sync_file_range(fd, _SYNC_WAIT)
+        while self.pending:
+            path, (fd, tmp) = self.pending.popitem()
+            os.close(fd)
+            os.replace(tmp, path)
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
@@ -182,13 +211,17 @@ class Writer:
                 os.makedirs(d, exist_ok=True)
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
+            self.close()
             return False
         try:
             try:
                 if self.current(ref) != expected:
+                    self.close()
                     return False
                 os.write(fd, new.encode() + b"\n")
                 if self.method == "batch":
+                    _sync_file_range(fd, _SYNC_START)
+                    self._name_pending()  # their writes and the lock's overlap
                     _sync_file_range(fd, _SYNC_WAIT)
                 elif self.method == "fsync":
                     os.fsync(fd)

@@ -245,7 +245,8 @@ class Store:
             if attempt:  # lost a race: let the winner finish (its lock, its fsync)
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
             start = tip = self.tip(ref)
-            w = durable.Writer(self.path, "batch") if self.batch else None
+            # One commit: its objects are named at the ref, all waited for at once.
+            w = durable.Writer(self.path, "batch", defer=len(ops) == 1) if self.batch else None
             try:
                 out, why = [], ""
                 for build, author in ops:

@@ -199,3 +199,34 @@ def test_write_many_one_commit_per_operation(tmp_path, method):
     _fsck(store.path)
     with pytest.raises(Refusal):
         store.write(ref, send("t/nobody", "x")[0], "t/ann", now=h.clock())
+
+
+def test_deferred_objects_are_named_only_by_the_ref(tmp_path):
+    h = _hub(tmp_path / "h", "batch")
+    h.create_room("hub/admin", "r", open_=True)
+    ref = h.store.room_ref("r")
+    tip = h.store.tip(ref)
+    tree = h.store.reader.commit(tip).tree
+
+    def attempt():
+        w = durable.Writer(h.store.path, "batch", defer=True)
+        blob = w.blob(b"deferred\n")
+        new_tree = w.tree([("x.md", pygit2.GIT_FILEMODE_BLOB, blob)])
+        oid = w.commit(new_tree, [tip], "hub/admin", "admin@hub.gitdrop", 1700000000, "x\n")
+        obj = os.path.join(h.store.path, "objects", oid[:2], oid[2:])
+        assert not os.path.exists(obj)          # not named before the ref moves
+        return w, oid, obj
+    lock = os.path.join(h.store.path, ref + ".lock")
+    w, oid, obj = attempt()
+    open(lock, "w").close()
+    assert not w.move_ref(ref, tip, oid)
+    os.remove(lock)
+    w.close()
+    leftovers = [f for d, _, fs in os.walk(os.path.join(h.store.path, "objects"))
+                 for f in fs if f.startswith("tmp_obj_")]
+    assert not os.path.exists(obj) and not leftovers
+    w, oid, obj = attempt()
+    assert w.move_ref(ref, tip, oid)
+    assert os.path.exists(obj) and h.store.tip(ref) == oid
+    _fsck(h.store.path)
+    assert tree != h.store.reader.commit(oid).tree
