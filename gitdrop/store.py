@@ -159,8 +159,7 @@ class Store:
         return sorted(r[len(prefix):] for r in self.repo.references if r.startswith(prefix))
 
     def view(self, room: str, at: str = "") -> RoomView:
-        oid = at or self.room_tip(room)
-        c = self.reader.commit(self.resolve(oid))
+        c = self.reader.commit(self.resolve(at) if at else self.room_tip(room))
         return RoomView(self.reader, c.tree, c.oid, room)
 
     def resolve(self, rev: str) -> str:
