@@ -46,7 +46,11 @@ class WalkMemo(dict):
         self.dirty = False
         try:
             merged = _load(self.path)
-            merged.update(self)
+            try:
+                merged.update(self.copy())
+            except RuntimeError:  # another thread changed it meanwhile: next time
+                self.dirty = True
+                return
             items = list(merged.items())[-MAX_KEEP:]
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             tmp = f"{self.path}.{os.getpid()}.tmp"
