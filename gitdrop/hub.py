@@ -480,6 +480,22 @@ class Hub:
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
 
+    def reap_every(self, seconds: float) -> "threading.Event":
+        """Reap in a background thread every `seconds` (the server runs this);
+        set the returned event to stop it. A failed round is retried next time."""
+        import threading
+        stop = threading.Event()
+
+        def loop():
+            own = Hub(self.path, clock=self.clock)  # libgit2 repositories are per thread
+            while not stop.wait(seconds):
+                try:
+                    own.reap()
+                except Exception as e:  # a round that failed must not end the loop
+                    sys.stderr.write(f"gitdrop: reap failed ({type(e).__name__}: {e})\n")
+        threading.Thread(target=loop, name="gitdrop-reaper", daemon=True).start()
+        return stop
+
     def verify(self, room: str, archived: bool = False) -> list:
         """Re-check a whole room from its first commit (no clock rule)."""
         from .verify import check_commits

@@ -400,6 +400,10 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
     """Serve one room of a hub over stdio (one agent) or streamable HTTP (/mcp)."""
     server, box, push = build(hub_path, room, agent, transport, tools)
 
+    # The server reaps while it runs (a remote hub is reaped on its own machine).
+    every = box.hub.config("gitdrop.reapIntervalSeconds", 3600) if hasattr(box.hub, "config") else 0
+    reaper = box.hub.reap_every(every) if every > 0 and not getattr(box.hub, "url", "") else None
+
     async def main():
         push.start()
         try:
@@ -411,6 +415,8 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
                 await server.run_streamable_http_async(host=host, port=port)
         finally:
             push.stop()
+            if reaper is not None:
+                reaper.set()
     anyio.run(main, backend="asyncio")
 
 

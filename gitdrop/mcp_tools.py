@@ -12,7 +12,7 @@ import contextvars
 import json
 from dataclasses import dataclass
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from . import machine, model, tokens
 from .errors import GitdropError, NotFound, Refusal, UsageError
@@ -211,6 +211,7 @@ class Rooms(TypedDict):
 class RoomChange(TypedDict):
     room: str
     done: bool
+    waiting_for: NotRequired[list[str]]  # destroy: leads whose consent is still missing
 
 
 class RoomStatus(TypedDict):
@@ -605,7 +606,10 @@ class ToolBox:
     def destroy_room(self, room_name: str) -> RoomChange:
         """Room lead: delete a room for good."""
         r = self.hub.destroy_room(room_name, by=self.me("", registered=False))
-        return {"room": r["room"], "done": r["destroyed"]}
+        out: RoomChange = {"room": r["room"], "done": r["destroyed"]}
+        if not r["destroyed"]:
+            out["waiting_for"] = r.get("waiting_for", [])
+        return out
 
     def room_status(self, room_name: str = "") -> RoomStatus:
         """A room's teams, leads, agents, task counts (default: this one)."""
