@@ -27,7 +27,7 @@ from common import READER, ROOM, SENDER, Timer, ms, ratio  # noqa: E402
 
 import pygit2  # noqa: E402
 
-from gitdrop import durable, hub as hubmod, rules  # noqa: E402
+from gitdrop import hub as hubmod, rules  # noqa: E402
 from gitdrop.store import Store, signature  # noqa: E402
 from gitdrop.view import CommitData, RoomView  # noqa: E402
 
@@ -138,8 +138,9 @@ def anatomy(path: str, size: int, fsync: bool, n: int = 200) -> None:
         t.time("rules.check (incl. unread walk)", rules.check, view, c, [],
                rules.Ctx(store.reader, now))
         sig = signature(agent, now)
-        if store.batch:  # as Store.write does it with batch durability
-            w = durable.Writer(store.path, "batch")
+        if getattr(store, "batch", False):  # as Store.write does it with batch durability
+            from gitdrop import durable
+            w = durable.Writer(store.path, "batch", defer=True)
             oid = t.time("write commit object", w.commit, tc.tree, [tip], sig.name, sig.email,
                          now, msg)
             ok = t.time("move ref (CAS, durable)", store._cas, ref, tip, oid, "send", w)
@@ -149,7 +150,8 @@ def anatomy(path: str, size: int, fsync: bool, n: int = 200) -> None:
             ok = t.time("move ref (CAS)", store._cas, ref, tip, oid, "send")
         assert ok
     total = sum(t.med(k) for k in t.samples)
-    how = "off" if not fsync else "on, batch method" if store.batch else "on, libgit2 fsync"
+    how = "off" if not fsync else "on, batch method" if getattr(store, "batch", False) \
+        else "on, libgit2 fsync"
     print(f"\n## anatomy of a send, fsync {how}, history {size}, n={n}")
     for k in t.samples:
         print(f"  {k:36} med {ms(t.med(k))} ms  p99 {ms(t.p99(k))} ms  "
@@ -205,7 +207,7 @@ def main(argv=None) -> int:
             fsync = mode == "on"
             t = run_mode(targets, fsync, a.rounds, a.warmup, a.per_round, a.seed)
             store = targets[("git", sizes[0])].hub.store
-            method = "batch (one journal commit per write)" if store.batch else \
+            method = "batch (one journal commit per write)" if getattr(store, "batch", False) else \
                 "libgit2 fsync of every file and directory"
             results[fsync] = report(t, sizes, fsync, method)
         if not a.no_anatomy:
