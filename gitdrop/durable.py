@@ -20,6 +20,7 @@ into place), so git, libgit2 and this writer exclude one another.
 
 import hashlib
 import os
+import sys
 import zlib
 
 METHODS = ("batch", "fsync", "none")
@@ -42,25 +43,31 @@ def _sync_file_range(fd: int, flags: int) -> None:
         raise OSError(e, os.strerror(e))
 
 
+_SUPPORTS: dict[str, bool] = {}
+
+
 def supports_batch(path: str) -> bool:
-    """Batch needs Linux's sync_file_range and ext4 (or ext3) with its journal
+    """Batch needs Linux (sync_file_range) and ext4 (or ext3) with its journal
     running: ext2, or ext4 mounted without a journal, has no ordering to lean on."""
+    real = os.path.realpath(path)
+    if real not in _SUPPORTS:
+        _SUPPORTS[real] = sys.platform.startswith("linux") and _journaled_ext4(real)
+    return _SUPPORTS[real]
+
+
+def _journaled_ext4(real: str) -> bool:
     try:
         best, fstype, source = "", "", ""
-        real = os.path.realpath(path) + "/"
         with open("/proc/self/mountinfo") as f:
             for line in f:
                 left, _, right = line.partition(" - ")
                 mnt = left.split()[4].replace("\\040", " ")
-                if real.startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+                if (real + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
                     best, (fstype, source) = mnt, right.split()[:2]
         if fstype not in ("ext4", "ext3") or not source.startswith("/dev/"):
             return False
         dev = os.path.basename(os.path.realpath(source))
-        if not os.path.isdir(f"/proc/fs/jbd2/{dev}-8"):
-            return False
-        import ctypes
-        return hasattr(ctypes.CDLL(None), "sync_file_range")
+        return os.path.isdir(f"/proc/fs/jbd2/{dev}-8")
     except (OSError, ValueError, IndexError):
         return False
 
