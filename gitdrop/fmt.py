@@ -83,7 +83,7 @@ def _plain(s: str) -> bool:
 def loads_toml(text: str) -> dict:
     data: dict = {}
     table = data
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue

@@ -322,3 +322,12 @@ def test_protocol_doc_by_hand_example_is_accepted(hub, lobby, tmp_path):
     assert lobby.task(42)["title"] == "Write the changelog"
     assert lobby.inbox("core/spartan")["unread"] == 0
     assert [e["subject"] for e in lobby.log(2)][-1] == "standup: parser half done"
+
+
+def test_text_with_unicode_line_separators_round_trips(team, hub, clone):
+    title = "odd\u2028title\u0085here"
+    t = team.create_task("core/juno", title, body="line\u2029para")
+    assert team.task(t["id"])["title"] == title
+    c = clone("core/spartan")   # and the hook reads the same file back
+    c.write("context/x.md", "a\u2028b\n").commit("context")
+    attempt(hub, c, None)
