@@ -416,6 +416,18 @@ class Room:
                      "assignee": new["assignee"]})
         return self._write(agent, build, key)
 
+    def move_task_to(self, agent: str, task_id, status: str, note: str = "",
+                     assignee: str = "") -> dict:
+        """Take a task to a target state by the one move that leads there."""
+        task = self.task(task_id)
+        move = machine.move_to(task, status)
+        if not move or (status == task["state"] and not assignee):
+            raise Refusal("task-state-machine", f"task {task['id']} is {task['state']}; no move "
+                          f"takes it to {status!r}", machine.legal_moves(task["state"]))
+        return self.move_task(agent, task_id, move, note=note, assignee=assignee,
+                              question=note if move == "ask" else "",
+                              answer=note if move == "answer" else "")
+
     def task(self, task_id) -> dict:
         doc = self.view().task(str(task_id).lstrip("#"))
         if doc is None:

@@ -56,6 +56,22 @@ def moves_between(old_state: str, new_state: str) -> list[str]:
     return out
 
 
+def move_to(task: dict, status: str) -> str:
+    """The move that takes a task from its state to `status`, or "" (for tools that
+    speak in target states, like the reference's update_task)."""
+    for move in moves_between(task["state"], status):
+        if MOVES[move][1] != "same" and move != "sign" and target(move, task) == status:
+            return move
+    return ""
+
+
+def legal_moves(state: str) -> str:
+    """What may happen next to a task in `state`, in words (for refusals)."""
+    legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in MOVES.items() if state in frm]
+    return "from " + state + " the legal moves are: " + ", ".join(legal) if legal else \
+        f"{state} is final; create a new task instead"
+
+
 def table_markdown() -> str:
     rows = ["| move | from | to | who | may also change |", "|---|---|---|---|---|"]
     for move, (frm, to, who, fields) in MOVES.items():

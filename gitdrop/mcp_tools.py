@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from typing_extensions import NotRequired, TypedDict
 
-from . import machine, model, tokens
+from . import model, tokens
 from .errors import GitdropError, NotFound, Refusal, UsageError
 from .hub import open_hub
 
@@ -464,22 +464,9 @@ class ToolBox:
         if not status:
             if not assigned_to:
                 raise UsageError("nothing to change", "pass status and/or assigned_to")
-            move = "assign"
-        else:
-            task = self.room.task(tid)
-            moves = [m for m in machine.moves_between(task["state"], status)
-                     if machine.target(m, task) == status and
-                     machine.MOVES[m][1] != "same" and m != "sign"]
-            if status == task["state"] and not assigned_to or not moves:
-                legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in machine.MOVES.items()
-                         if task["state"] in frm]
-                raise Refusal("task-state-machine", f"task {tid} is {task['state']}; no move "
-                              f"takes it to {status!r}",
-                              "from " + task["state"] + ": " + ", ".join(legal))
-            move = moves[0]
-        return _move(self.room.move_task(me, tid, move, note=result, assignee=assigned_to,
-                                         question=result if move == "ask" else "",
-                                         answer=result if move == "answer" else ""))
+            return _move(self.room.move_task(me, tid, "assign", note=result,
+                                             assignee=assigned_to))
+        return _move(self.room.move_task_to(me, tid, status, note=result, assignee=assigned_to))
 
     def claim_task(self, task_id: str | int, agent_name: str = "") -> TaskMove:
         """Take a pending task (if someone was first you are told who)."""

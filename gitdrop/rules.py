@@ -81,7 +81,7 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
                 return "task-" + m
         _refuse("task-state-machine", c,
                 f"task {ch.key}: no move goes from {old['state']} to {new['state']}",
-                _moves_hint(old["state"]))
+                machine.legal_moves(old["state"]))
     if ch.kind == "handshake":
         return "handshake-start" if ch.old is None else "handshake-ack"
     if ch.kind == "contract":
@@ -90,12 +90,6 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
                     "declare a new version instead")
         return "contract-declare"
     return "context-set"
-
-
-def _moves_hint(state: str) -> str:
-    legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in machine.MOVES.items() if state in frm]
-    return "from " + state + " the legal moves are: " + ", ".join(legal) if legal else \
-        f"{state} is final; create a new task instead"
 
 
 def _doc(c, ch: Change, side: str):
@@ -491,7 +485,7 @@ def _check_task_move(before, c, changes, ctx, op):
     tid = ch.key
     if old["state"] not in frm:
         _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
-                f"{' or '.join(frm)}", _moves_hint(old["state"]))
+                f"{' or '.join(frm)}", machine.legal_moves(old["state"]))
     want = machine.target(move, old)
     if new["state"] != want:
         _refuse("task-state-machine", c, f"{move} takes task {tid} from {old['state']} to "

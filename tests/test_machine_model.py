@@ -162,3 +162,21 @@ def test_every_move_once(tmp_path):
     made = {e["op"] for e in r.log(100)}
     from gitdrop import machine
     assert {"task-" + m for m in machine.MOVES} - made == {"task-sign"}  # sign: see test_hub
+
+
+def test_move_to_a_target_state(tmp_path):
+    """Tools that speak in target states (update_task) find the one move there."""
+    hub = hubmod.init(str(tmp_path / "hub.git"), fsync=False)
+    r = hub.room("lobby")
+    r.register(LEAD, ["lead"])
+    r.register(CODERS[0])
+    t = r.create_task(LEAD, "x", assignee=CODERS[0])["id"]
+    assert r.move_task_to(CODERS[0], t, "in_progress")["state"] == "in_progress"
+    assert r.move_task_to(CODERS[0], t, "blocked", note="db down")["state"] == "blocked"
+    assert r.move_task_to(CODERS[0], t, "in_progress")["state"] == "in_progress"  # unblock
+    import pytest
+    from gitdrop.errors import Refusal
+    with pytest.raises(Refusal) as e:
+        r.move_task_to(CODERS[0], t, "completed")
+    assert e.value.rule == "task-state-machine" and "submit (→ review)" in e.value.fix
+    assert r.move_task_to(LEAD, t, "cancelled")["state"] == "cancelled"
