@@ -370,6 +370,7 @@ class Room:
             old, body = doc
             new = dict(old, updated=self.clock(), note=note or "")
             frm_state = old["state"]
+            # An illegal move is still built as asked, so that the rules judge and word it.
             if frm_state in machine.MOVES[move][0]:
                 new["state"] = machine.target(move, old)
             else:
@@ -379,10 +380,6 @@ class Room:
                 new["signoffs"] = []
             elif move == "claim":
                 new["assignee"] = agent
-                if old["state"] == "assigned" and old["assignee"]:
-                    raise Refusal("task-state-machine", f"task {task_id} was already claimed by "
-                                  f"{old['assignee']}", "pick another task (gitdrop task list "
-                                  "--state pending)")
             elif move == "retry":
                 new["retries"] = old["retries"] + 1
                 if assignee:

@@ -484,6 +484,10 @@ def _check_task_move(before, c, changes, ctx, op):
     frm, _to, who, fields = machine.MOVES[move]
     tid = ch.key
     if old["state"] not in frm:
+        if move == "claim" and old["assignee"]:  # a lost race: say who won
+            _refuse("task-state-machine", c, f"task {tid} was already claimed by "
+                    f"{old['assignee']} (it is {old['state']})",
+                    "pick another task (gitdrop task list --state pending)")
         _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
                 f"{' or '.join(frm)}", machine.legal_moves(old["state"]))
     want = machine.target(move, old)

@@ -331,3 +331,15 @@ def test_text_with_unicode_line_separators_round_trips(team, hub, clone):
     c = clone("core/spartan")   # and the hook reads the same file back
     c.write("context/x.md", "a\u2028b\n").commit("context")
     attempt(hub, c, None)
+
+
+def test_a_late_claim_by_push_is_told_who_won(hub, team, clone):
+    t = team.create_task("core/juno", "one of a kind")
+    c = clone("core/kai")
+    team.move_task("core/spartan", t["id"], "claim")   # spartan is first
+    c.pull()
+    path = f"tasks/{t['id']}.md"
+    c.write(path, c.read(path).replace('assignee = "core/spartan"', 'assignee = "core/kai"'))
+    c.commit(fmt.format_message("kai claims", "", [("op", "task-claim"), ("task", t["id"])]))
+    err = attempt(hub, c, "task-state-machine")
+    assert "already claimed by core/spartan" in err
