@@ -102,7 +102,10 @@ def send(s: Scope,
              "--message", "-m", help="The text (default: read stdin).", show_default=False)] = None,
          cc: Annotated[Optional[list[str]], typer.Option("--cc", help="Copy to (repeat).")] = None,
          task: Annotated[str, typer.Option("--task", help="The task it is about.")] = "",
-         reply_to: Annotated[str, typer.Option("--reply-to", help="Commit it answers.")] = ""):
+         reply_to: Annotated[str, typer.Option("--reply-to", help="Commit it answers.")] = "",
+         key: Annotated[str, typer.Option(
+             "--key", help="Idempotency key: a retry with the same key is sent once "
+             "(env GITDROP_KEY).")] = ""):
     """Send a message (refused while you have unread messages: run gitdrop inbox)."""
     agent = s.agent
     if message is None:
@@ -111,7 +114,8 @@ def send(s: Scope,
         message = sys.stdin.read()
     if not message.strip():
         raise UsageError("the message is empty", "write some text (-m TEXT)")
-    r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to)
+    r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to,
+                    key=key or s.key)
     s.emit(r, f"sent to {', '.join(r['to'])}" + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "")
            + f" [{short_id(r['commit'])}]")
 

@@ -104,6 +104,9 @@ class Scope:
         self.room_name = room or os.environ.get("GITDROP_ROOM") or "lobby"
         self.agent_value = agent or os.environ.get("GITDROP_AGENT") or ""
         self.json = as_json
+        # An idempotency key for this invocation's write: a retried command with the
+        # same key is applied once (see Gitdrop-Id in docs/PROTOCOL.md).
+        self.key = os.environ.get("GITDROP_KEY", "")
         self._hub = None
 
     # --- where ------------------------------------------------------------------

@@ -35,12 +35,15 @@ def create(s: Scope,
                "--max-retries", help="Retries allowed after failure (default: the room's).",
                show_default=False)] = None,
            reviewer: Annotated[str, typer.Option("--reviewer", help="Who reviews it.")] = "",
-           project: Annotated[str, typer.Option("--project")] = ""):
+           project: Annotated[str, typer.Option("--project")] = "",
+           key: Annotated[str, typer.Option(
+               "--key", help="Idempotency key: a retry with the same key creates one "
+               "task (env GITDROP_KEY).")] = ""):
     """Create a task; prints its id (with --json, {"id": ...})."""
     text = read_text(body, body_file, "body")
     r = s.room.create_task(s.agent, title, body=text, assignee=assign, priority=priority,
                            tags=split_list(tag), handshake=handshake, max_retries=max_retries,
-                           project=project, reviewer=reviewer)
+                           project=project, reviewer=reviewer, key=key or s.key)
     s.note(f"created task {r['id']}" + (f" for {r['assignee']}" if r["assignee"] else "")
            + f" ({r['state']}) [{short_id(r['commit'])}]")
     s.emit(r, r["id"])
@@ -87,7 +90,7 @@ def show(s: Scope, task_id: Id):
 
 
 def _move(s: Scope, task_id: str, move: str, **kw) -> None:
-    r = s.room.move_task(s.agent, task_id, move, **kw)
+    r = s.room.move_task(s.agent, task_id, move, key=s.key, **kw)
     state = paint(r["state"], STATE_COLOUR.get(r["state"], "bold"))
     line = (f"task {r['id']}: {r['from']} → {state}" if r["from"] != r["state"]
             else f"task {r['id']}: {move} ({r['state']})")

@@ -107,10 +107,24 @@ class Room:
             if n >= IDEMPOTENCY_WINDOW:
                 break
             if c.author == agent and fmt.trailer(c.trailers, "id") == key:
-                return {"commit": c.oid, "replayed": True,
-                        "task": fmt.trailer(c.trailers, "task"),
-                        "id": fmt.trailer(c.trailers, "task") or fmt.trailer(c.trailers, "handshake")}
+                return self._result_of(c)
         return None
+
+    def _result_of(self, c) -> dict:
+        """What the operation a commit made returned, rebuilt from the commit (for a
+        replayed operation, so the caller reads the same answer twice)."""
+        task = fmt.trailer(c.trailers, "task")
+        hs = fmt.trailer(c.trailers, "handshake")
+        out = {"commit": c.oid, "replayed": True, "task": task, "id": task or hs,
+               "to": fmt.trailer_values(c.trailers, "to"),
+               "cc": fmt.trailer_values(c.trailers, "cc")}
+        if task:
+            now = self.view(c.oid).task(task)
+            was = self.view(c.parent).task(task) if c.parent else None
+            if now:
+                out.update(state=now[0]["state"], assignee=now[0]["assignee"],
+                           **{"from": was[0]["state"] if was else now[0]["state"]})
+        return out
 
     @staticmethod
     def _msg(subject, body, op, key="", **extra):

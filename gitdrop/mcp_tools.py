@@ -414,11 +414,12 @@ class ToolBox:
         return {"agent": r["agent"], "commit": r.get("commit", "")}
 
     def send(self, to_agent: str, message: str, from_agent: str = "", cc: str = "",
-             task_id: str | int = "", reply_to: str | int = "") -> Sent:
+             task_id: str | int = "", reply_to: str | int = "", key: str = "") -> Sent:
         """Message agents. to_agent, cc: comma lists of team/name (short if unique),
-        @team or all. Refused while you have unread mail."""
+        @team or all. Refused while you have unread mail. key: a retry with the same
+        key is sent once."""
         r = self.room.send(self.me(from_agent), _split(to_agent), message, _split(cc),
-                           task=str(task_id or ""), reply_to=str(reply_to or ""))
+                           task=str(task_id or ""), reply_to=str(reply_to or ""), key=key)
         return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
 
     def broadcast(self, message: str, from_agent: str = "") -> Sent:
@@ -442,12 +443,14 @@ class ToolBox:
     # --- tasks ----------------------------------------------------------------------
     def create_task(self, title: str, creator: str = "", description: str = "",
                     assigned_to: str = "", project: str = "", priority: int = 0,
-                    tags: str = "", reviewer: str = "", handshake_id: int = 0) -> TaskMove:
+                    tags: str = "", reviewer: str = "", handshake_id: int = 0,
+                    key: str = "") -> TaskMove:
         """New task: pending, or assigned to assigned_to. tags: comma list;
-        handshake_id: cannot start before that handshake is GO."""
+        handshake_id: cannot start before that handshake is GO; key: as in send."""
         r = self.room.create_task(self.me(creator), title, description, assigned_to,
                                   priority=priority, tags=_split(tags),
-                                  handshake=handshake_id, project=project, reviewer=reviewer)
+                                  handshake=handshake_id, project=project, reviewer=reviewer,
+                                  key=key)
         return {"id": str(r["id"]), "state": r["state"], "assignee": r["assignee"],
                 "commit": r.get("commit", "")}
 

@@ -362,3 +362,16 @@ def test_a_task_file_pushed_by_hand_is_a_task(gd, team, tmp_path):
     assert p.returncode != 0 and "task-state-machine" in p.stderr
     assert gd.js("task", "show", "7")["task"]["state"] == "assigned"
     assert gd.js("verify")["verified"] is True
+
+
+def test_a_retried_command_with_the_same_key_is_applied_once(gd):
+    gd.ok("register", "core/juno", "--role", "lead")
+    gd.ok("register", "core/spartan")
+    a = gd.js("--as", "juno", "send", "spartan", "-m", "ship it", "--key", "run-7")
+    b = gd.js("--as", "juno", "send", "spartan", "-m", "ship it", "--key", "run-7")
+    assert b["replayed"] is True and b["commit"] == a["commit"]
+    t1 = gd.js("--as", "juno", "task", "create", "Once only", "--key", "run-8")
+    t2 = gd.js("--as", "juno", "task", "create", "Once only", "--key", "run-8")
+    assert t1["id"] == t2["id"]
+    inbox = gd.js("--as", "spartan", "inbox")
+    assert [m["text"] for m in inbox["messages"] if m["op"] == "send"] == ["ship it"]

@@ -123,3 +123,22 @@ def test_two_processes_claim_one_task_exactly_one_wins(hub, lobby, tmp_path):
         assert lobby.task(tid)["assignee"] == winners[0]
     claims = [e for e in lobby.log(1000) if e["op"] == "task-claim"]
     assert len(claims) == len(ids)                               # no lost or double claim
+
+
+def test_a_retried_operation_with_the_same_key_is_applied_once(lobby):
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan")
+    first = lobby.send("core/juno", "spartan", "deploy at 5", key="k-1")
+    again = lobby.send("core/juno", "spartan", "deploy at 5", key="k-1")
+    assert again["replayed"] is True and again["commit"] == first["commit"]
+    assert again["to"] == ["core/spartan"]
+    t = lobby.create_task("core/juno", "once", assignee="spartan", key="k-2")
+    t2 = lobby.create_task("core/juno", "once", assignee="spartan", key="k-2")
+    assert t2["id"] == t["id"] and t2["state"] == "assigned"
+    m = lobby.move_task("core/spartan", t["id"], "start", key="k-3")
+    m2 = lobby.move_task("core/spartan", t["id"], "start", key="k-3")   # not refused
+    assert (m2["from"], m2["state"], m2["commit"]) == ("assigned", "in_progress", m["commit"])
+    assert len([e for e in lobby.history(50) if e["text"] == "deploy at 5"]) == 1
+    assert len(lobby.list_tasks()) == 1
+    other = lobby.send("core/juno", "spartan", "deploy at 6", key="k-4")
+    assert "replayed" not in other

@@ -48,6 +48,11 @@ async def scenario(juno, spartan, kilo, transport):
     assert (await juno.ok("broadcast", message="standup in 5"))["to"] == ["all"]
     hist = await kilo.ok("get_history", count=3)
     assert [m["text"] for m in hist["messages"]] == ["second", "got it", "standup in 5"]
+    once = await juno.ok("send", to_agent="kilo", message="retry-safe", key="k1")
+    assert (await juno.ok("send", to_agent="kilo", message="retry-safe", key="k1"))["commit"] \
+        == once["commit"]                       # a retried call is applied once
+    assert [m["text"] for m in (await kilo.ok("check_inbox"))["messages"]
+            if m["text"] == "retry-safe"] == ["retry-safe"]
 
     # --- tasks -----------------------------------------------------------------
     t1 = await juno.ok("create_task", title="Build the parser", assigned_to="spartan",
