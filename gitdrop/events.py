@@ -37,7 +37,7 @@ def op_of(reader, c: CommitData) -> tuple[str, str]:
         return op or "send", ""
     if op:
         return op, diff[0][0]
-    from .store import changes_between  # only for commits made by hand
+    from .view import changes_between  # only for commits made by hand
     from .view import RoomView
     try:
         view = RoomView(reader, parent_tree, c.parent)

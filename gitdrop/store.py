@@ -6,17 +6,15 @@ rebuilds on the new tip and checks again.
 """
 
 import os
-import random
-import time
 
 import pygit2
 
-from . import durable, model, rules, walkmemo
-from .errors import Conflict, GitdropError, NotFound, Refusal
-from .view import CommitData, RoomView
+from . import durable, model, walkmemo
+from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
+from .errors import NotFound, Refusal
+from .view import CommitData, changes_between  # noqa: F401 (changes_between: re-export)
 
 ZERO = "0" * 40
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _FSYNC = None
 
 
@@ -112,18 +110,8 @@ class Reader:
         return None if oid is None else self.repo[oid].data.decode("utf-8", "replace")
 
 
-def changes_between(reader, old_tree, new_tree) -> list[rules.Change]:
-    return [rules.Change(p, reader.blob_text(a), reader.blob_text(b))
-            for p, a, b in reader.diff(old_tree, new_tree)]
-
-
-class Store:
-    """One hub: a bare repository with a room branch per room."""
-
-    # publish(ref, old, new), if set, is called after each local CAS: it hands the
-    # commit on (remote.py pushes it to a remote hub). False: it lost a race and
-    # refreshed the ref, so rebuild; raising refuses the write (it puts the ref back).
-    publish = None
+class Store(BaseStore):
+    """One hub: a bare repository with a room branch per room, through pygit2."""
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
@@ -139,28 +127,14 @@ class Store:
         self.batch = fsync != "false" and _batch_ok(cfg, self.path)
 
     # --- refs ---------------------------------------------------------------
-    def room_ref(self, room: str) -> str:
-        return model.ROOM_PREFIX + room
-
     def tip(self, ref: str) -> str:
         try:
             return str(self.repo.references[ref].target)
         except KeyError:
             return ""
 
-    def room_tip(self, room: str) -> str:
-        tip = self.tip(self.room_ref(room))
-        if not tip:
-            raise NotFound(f"no room {room!r} in this hub",
-                           "list rooms with gitdrop room list, or create it (gitdrop room create)")
-        return tip
-
     def rooms(self, prefix: str = model.ROOM_PREFIX) -> list[str]:
         return sorted(r[len(prefix):] for r in self.repo.references if r.startswith(prefix))
-
-    def view(self, room: str, at: str = "") -> RoomView:
-        c = self.reader.commit(self.resolve(at) if at else self.room_tip(room))
-        return RoomView(self.reader, c.tree, c.oid, room)
 
     def resolve(self, rev: str) -> str:
         try:
@@ -168,16 +142,14 @@ class Store:
         except (KeyError, ValueError, pygit2.GitError):
             raise NotFound(f"no commit {rev!r}", "give a commit id from gitdrop log") from None
 
-    # --- writing ----------------------------------------------------------------
-    def _tree_with(self, base: str | None, changes: dict[str, str | None], w=None) -> str:
-        """A new tree: `base` with each path set to its text, or removed when None.
-        With a durable.Writer `w`, the objects are written by it (batch durability)."""
-        groups: dict[str, dict] = {}
-        for path, text in changes.items():
-            head, sep, rest = path.partition("/")
-            groups.setdefault(head, {})[rest if sep else None] = text
-        if w is not None:
-            return self._tree_by(w, base, groups)
+    # --- what the write loop needs (basestore.BaseStore) -------------------------
+    def _writer(self, single: bool):
+        return durable.Writer(self.path, "batch", defer=single) if self.batch else None
+
+    def _entries(self, tree: str) -> dict:
+        return {e.name: (e.name, e.filemode, str(e.id)) for e in self.repo[tree]}
+
+    def _native_tree(self, base: str | None, groups: dict) -> str:
         tb = self.repo.TreeBuilder(self.repo[base]) if base else self.repo.TreeBuilder()
         for head, sub in groups.items():
             if None in sub:  # a file directly here
@@ -198,112 +170,10 @@ class Store:
                 tb.insert(head, new_sub, pygit2.GIT_FILEMODE_TREE)
         return str(tb.write())
 
-    def _tree_by(self, w, base: str | None, groups: dict) -> str:
-        entries = {e.name: (e.name, e.filemode, str(e.id)) for e in self.repo[base]} \
-            if base else {}
-        for head, sub in groups.items():
-            if None in sub:
-                text = sub[None]
-                if text is None:
-                    entries.pop(head, None)
-                else:
-                    entries[head] = (head, pygit2.GIT_FILEMODE_BLOB, w.blob(text.encode()))
-                continue
-            existing = entries.get(head)
-            sub_base = existing[2] if existing and existing[1] == pygit2.GIT_FILEMODE_TREE else None
-            new_sub = self._tree_with(sub_base, sub, w)
-            if new_sub == EMPTY_TREE:
-                entries.pop(head, None)
-            else:
-                entries[head] = (head, pygit2.GIT_FILEMODE_TREE, new_sub)
-        return w.tree(entries.values())
-
-    def write(self, ref: str, build, author: str, now: int | None = None,
-              check: bool = True, tries: int = 20):
-        """Append one commit to `ref` with CAS.
-
-        `build(view, tip)` returns (changes {path: text|None}, message, result) or
-        raises a Refusal. It is called again on a rebuilt view after a lost race,
-        so a check against the state (a claim of a claimed task) sees the winner.
-        """
-        out = self._write_all(ref, [(build, author)], now, check, tries, raise_first=True)
-        return out[0]
-
-    def write_many(self, ref: str, ops, now: int | None = None, check: bool = True,
-                   tries: int = 20) -> list:
-        """Group commit: `ops` is [(build, author)]. Each operation becomes its own
-        commit, built on and checked against the one before it; the ref moves once
-        (CAS), so the durable cost is paid once. Returns, per operation, (commit,
-        result) or the GitdropError that refused it (a refused operation leaves no
-        commit; the others still go in). After a lost race all are rebuilt."""
-        return self._write_all(ref, list(ops), now, check, tries, raise_first=False)
-
-    def _write_all(self, ref, ops, now, check, tries, raise_first):
-        room = ref.rpartition("/")[2]
-        for attempt in range(tries):
-            if attempt:  # lost a race: let the winner finish (its lock, its fsync)
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
-            start = tip = self.tip(ref)
-            # One commit: its objects are named at the ref, all waited for at once.
-            w = durable.Writer(self.path, "batch", defer=len(ops) == 1) if self.batch else None
-            try:
-                out, why = [], ""
-                for build, author in ops:
-                    try:
-                        oid, result, op = self._one(room, tip, build, author, now, check, w)
-                    except GitdropError as e:
-                        if raise_first:
-                            raise
-                        out.append(e)
-                        continue
-                    if oid != tip:
-                        tip, why = oid, why or op
-                    out.append((oid, result))
-                moved = tip == start or self._cas(ref, start, tip, why or "write", w)
-            finally:
-                if w is not None:
-                    w.close()
-            if moved:
-                if tip == start or self.publish is None or self.publish(ref, start, tip):
-                    if self.reader._walks:
-                        self.reader._walks.flush()
-                    return out
-        raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
-                       "try again in a moment")
-
-    def _one(self, room, tip, build, author, now, check, w):
-        """Build and check one operation on `tip`; write its objects (not the ref).
-        Returns (new commit, or `tip` for an accepted no-op; result; op)."""
-        if tip:
-            tc = self.reader.commit(tip)
-            view = RoomView(self.reader, tc.tree, tip, room)
-        else:
-            view = RoomView(self.reader, None, "", room)
-        changes, message, result = build(view, tip)
-        when = int(time.time()) if now is None else now
-        proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
-        if changes and all(view.text(p) == t for p, t in changes.items()):
-            # Nothing would change (a repeated assign, say): the rules still judge
-            # the operation, but an accepted no-op writes no commit.
-            if check:
-                rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
-                            rules.Ctx(self.reader, when))
-            return tip, result, ""
-        if check:
-            chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
-                   if view.text(p) != t]
-            op = rules.check(view, proposed, chs, rules.Ctx(self.reader, when))
-        else:
-            op = ""
-        tree = self._tree_with(view.tree, changes, w) if changes else \
-            (view.tree or self._tree_with(None, {}, w))
-        sig = signature(author, when)
-        if w is not None:
-            oid = w.commit(tree, [tip] if tip else [], sig.name, sig.email, when, message)
-        else:
-            oid = str(self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
-                                              [pygit2.Oid(hex=tip)] if tip else []))
-        return oid, result, op or "write"
+    def _native_commit(self, tree, parents, name, email, when, message) -> str:
+        sig = pygit2.Signature(name, email, when, 0)
+        return str(self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
+                                           [pygit2.Oid(hex=p) for p in parents]))
 
     def _cas(self, ref: str, expected: str, new, why: str, w=None) -> bool:
         if w is not None:  # batch durability: gitdrop's own lock-file CAS
@@ -351,6 +221,4 @@ def _batch_ok(cfg, path: str) -> bool:
 
 
 def signature(author: str, when: int) -> pygit2.Signature:
-    team, name = model.split_agent(author) if "/" in author else ("", author)
-    email = f"{name}@{team}.gitdrop" if team else f"{name}@gitdrop"
-    return pygit2.Signature(author, email, when, 0)
+    return pygit2.Signature(*identity(author), when, 0)

@@ -185,3 +185,10 @@ def render_file(kind: str, header: dict, body: str = "") -> str:
     if kind in ("agent", "room"):
         return fmt.dumps_toml(header)
     return fmt.dumps_doc(header, body)
+
+
+def changes_between(reader, old_tree, new_tree) -> list:
+    """The changed files between two trees, as the rules take them."""
+    from .rules import Change
+    return [Change(p, reader.blob_text(a), reader.blob_text(b))
+            for p, a, b in reader.diff(old_tree, new_tree)]

@@ -1,0 +1,168 @@
+"""What every store of a hub shares: naming rooms, views, and the one write loop
+(build on the tip, check with the rules, write the objects, move the ref with
+compare-and-swap; on a lost race rebuild and check again).
+
+No pygit2 here: `store.Store` reaches the repository through pygit2, and
+`leanstore.LeanStore` through `git cat-file` and gitdrop's own object writer, so a
+short command need not pay for importing pygit2.
+"""
+
+import random
+import time
+
+from . import model, rules
+from .errors import Conflict, GitdropError, NotFound
+from .view import CommitData, RoomView
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+TREE_MODE, BLOB_MODE = 0o040000, 0o100644
+
+
+def identity(author: str) -> tuple[str, str]:
+    """The git author name and email gitdrop writes for an agent."""
+    team, name = model.split_agent(author) if "/" in author else ("", author)
+    return author, (f"{name}@{team}.gitdrop" if team else f"{name}@gitdrop")
+
+
+class BaseStore:
+    """A hub's rooms over some object store. Subclasses give: `path`, `reader`,
+    `tip(ref)`, `_writer(single)`, `_entries(tree)`, `_cas(ref, old, new, why, w)`,
+    and, where `_writer` may return None, `_native_tree` and `_native_commit`."""
+
+    # publish(ref, old, new), if set, is called after each local CAS: it hands the
+    # commit on (remote.py pushes it to a remote hub). False: it lost a race and
+    # refreshed the ref, so rebuild; raising refuses the write (it puts the ref back).
+    publish = None
+
+    def room_ref(self, room: str) -> str:
+        return model.ROOM_PREFIX + room
+
+    def room_tip(self, room: str) -> str:
+        tip = self.tip(self.room_ref(room))
+        if not tip:
+            raise NotFound(f"no room {room!r} in this hub",
+                           "list rooms with gitdrop room list, or create it (gitdrop room create)")
+        return tip
+
+    def view(self, room: str, at: str = "") -> RoomView:
+        c = self.reader.commit(self.resolve(at) if at else self.room_tip(room))
+        return RoomView(self.reader, c.tree, c.oid, room)
+
+    # --- writing ----------------------------------------------------------------
+    def _tree_with(self, base: str | None, changes: dict[str, str | None], w=None) -> str:
+        """A new tree: `base` with each path set to its text, or removed when None.
+        With a durable.Writer `w` the objects are written by it, else natively."""
+        groups: dict[str, dict] = {}
+        for path, text in changes.items():
+            head, sep, rest = path.partition("/")
+            groups.setdefault(head, {})[rest if sep else None] = text
+        if w is not None:
+            return self._tree_by(w, base, groups)
+        return self._native_tree(base, groups)
+
+    def _tree_by(self, w, base: str | None, groups: dict) -> str:
+        entries = self._entries(base) if base else {}
+        for head, sub in groups.items():
+            if None in sub:
+                text = sub[None]
+                if text is None:
+                    entries.pop(head, None)
+                else:
+                    entries[head] = (head, BLOB_MODE, w.blob(text.encode()))
+                continue
+            existing = entries.get(head)
+            sub_base = existing[2] if existing and existing[1] == TREE_MODE else None
+            new_sub = self._tree_with(sub_base, sub, w)
+            if new_sub == EMPTY_TREE:
+                entries.pop(head, None)
+            else:
+                entries[head] = (head, TREE_MODE, new_sub)
+        return w.tree(entries.values())
+
+    def write(self, ref: str, build, author: str, now: int | None = None,
+              check: bool = True, tries: int = 20):
+        """Append one commit to `ref` with CAS.
+
+        `build(view, tip)` returns (changes {path: text|None}, message, result) or
+        raises a Refusal. It is called again on a rebuilt view after a lost race,
+        so a check against the state (a claim of a claimed task) sees the winner.
+        """
+        out = self._write_all(ref, [(build, author)], now, check, tries, raise_first=True)
+        return out[0]
+
+    def write_many(self, ref: str, ops, now: int | None = None, check: bool = True,
+                   tries: int = 20) -> list:
+        """Group commit: `ops` is [(build, author)]. Each operation becomes its own
+        commit, built on and checked against the one before it; the ref moves once
+        (CAS), so the durable cost is paid once. Returns, per operation, (commit,
+        result) or the GitdropError that refused it (a refused operation leaves no
+        commit; the others still go in). After a lost race all are rebuilt."""
+        return self._write_all(ref, list(ops), now, check, tries, raise_first=False)
+
+    def _write_all(self, ref, ops, now, check, tries, raise_first):
+        room = ref.rpartition("/")[2]
+        for attempt in range(tries):
+            if attempt:  # lost a race: let the winner finish (its lock, its fsync)
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+            start = tip = self.tip(ref)
+            # One commit: its objects are named at the ref, all waited for at once.
+            w = self._writer(len(ops) == 1)
+            try:
+                out, why = [], ""
+                for build, author in ops:
+                    try:
+                        oid, result, op = self._one(room, tip, build, author, now, check, w)
+                    except GitdropError as e:
+                        if raise_first:
+                            raise
+                        out.append(e)
+                        continue
+                    if oid != tip:
+                        tip, why = oid, why or op
+                    out.append((oid, result))
+                moved = tip == start or self._cas(ref, start, tip, why or "write", w)
+            finally:
+                if w is not None:
+                    w.close()
+            if moved:
+                if tip == start or self.publish is None or self.publish(ref, start, tip):
+                    memo = getattr(self.reader, "_walks", None)
+                    if memo:
+                        memo.flush()
+                    return out
+        raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
+                       "try again in a moment")
+
+    def _one(self, room, tip, build, author, now, check, w):
+        """Build and check one operation on `tip`; write its objects (not the ref).
+        Returns (new commit, or `tip` for an accepted no-op; result; op)."""
+        if tip:
+            tc = self.reader.commit(tip)
+            view = RoomView(self.reader, tc.tree, tip, room)
+        else:
+            view = RoomView(self.reader, None, "", room)
+        changes, message, result = build(view, tip)
+        when = int(time.time()) if now is None else now
+        proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
+        if changes and all(view.text(p) == t for p, t in changes.items()):
+            # Nothing would change (a repeated assign, say): the rules still judge
+            # the operation, but an accepted no-op writes no commit.
+            if check:
+                rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
+                            rules.Ctx(self.reader, when))
+            return tip, result, ""
+        if check:
+            chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
+                   if view.text(p) != t]
+            op = rules.check(view, proposed, chs, rules.Ctx(self.reader, when))
+        else:
+            op = ""
+        tree = self._tree_with(view.tree, changes, w) if changes else \
+            (view.tree or self._tree_with(None, {}, w))
+        name, email = identity(author)
+        parents = [tip] if tip else []
+        if w is not None:
+            oid = w.commit(tree, parents, name, email, when, message)
+        else:
+            oid = self._native_commit(tree, parents, name, email, when, message)
+        return oid, result, op or "write"
