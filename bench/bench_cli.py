@@ -3,8 +3,9 @@
 Builds a throwaway hub whose lobby holds ~10k commits, then, each round, has the
 lead send 5 messages to core/spartan (in process, untimed) and times
 `gitdrop inbox --as core/spartan` as a subprocess, interleaved with the
-baselines `python -c pass`, `python -c "import pygit2"` and the floor of any Typer
-CLI over pygit2, `python -c "import pygit2, typer"`, measured the same way.
+baselines `python -c pass`, `python -c "import pygit2"`, `python -c "import typer"`
+(the floor of any Typer CLI: a room's verbs run without pygit2, on the lean store)
+and `python -c "import pygit2, typer"`, measured the same way.
 
     /work/venv/bin/python bench/bench_cli.py [--commits 10000] [--rounds 21]
 """
@@ -88,6 +89,7 @@ def main() -> None:
             "python -c pass": [py, "-c", "pass"],
             'python -c "import pygit2"': [py, "-c", "import pygit2"],
             'python -c "import pygit2, typer"': [py, "-c", "import pygit2, typer"],
+            'python -c "import typer"': [py, "-c", "import typer"],
             "gitdrop inbox --as core/spartan": [gitdrop, "inbox", "--as", READER],
         }
         for cmd in cmds.values():  # warm up: page cache, .pyc files

@@ -119,7 +119,18 @@ class Scope:
 
     @property
     def room(self):
-        return self.hub.room(self.room_name)
+        """The room, on a store that needs no pygit2 when the hub is on this machine
+        (pygit2's import costs more than a short command); the hub's own operations
+        and remote hubs go through `hub`."""
+        if self._hub is None:
+            from .core import Room, default_hub
+            from .leanstore import LeanStore, is_hub
+            path = os.path.abspath(os.path.expanduser(self.hub_value or default_hub()))
+            if is_hub(path):
+                store = LeanStore(path)
+                if store.tip(store.room_ref(self.room_name)):
+                    return Room(store, self.room_name)
+        return self.hub.room(self.room_name)  # creates a default hub, words a missing room
 
     @property
     def agent(self) -> str:

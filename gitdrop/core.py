@@ -6,7 +6,6 @@ import time
 
 from . import events, fmt, machine, model
 from .errors import Ambiguous, NotFound, Refusal, UsageError
-from .store import Store
 from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
@@ -26,32 +25,10 @@ def _subject_text(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-_HEADS: dict[str, dict] = {}
-
-
-def _task_heads(store: Store, view: RoomView):
-    """Every task's header, each file version parsed once per process (keyed by
-    blob id): a waiter re-checks all tasks on each wake-up; few have changed."""
-    repo = store.repo
-    try:
-        entries = repo[repo[view.tree]["tasks"].id] if view.tree else []
-    except KeyError:
-        return
-    for e in entries:
-        if not e.name.endswith(".md"):
-            continue
-        head = _HEADS.get(str(e.id))
-        if head is None:
-            if len(_HEADS) > 20000:
-                _HEADS.clear()
-            head = _HEADS[str(e.id)] = view.task(e.name[:-3])[0]
-        yield head
-
-
 class Room:
     """One room of a hub, seen by whoever calls: each write names its agent."""
 
-    def __init__(self, store: Store, name: str, clock=_now):
+    def __init__(self, store, name: str, clock=_now):
         self.store = store
         self.name = name
         self.ref = store.room_ref(name)
@@ -298,7 +275,7 @@ class Room:
         view = self.view()
         lead = view.is_lead(agent)
         tasks, reviews = [], []
-        for t in _task_heads(self.store, view):
+        for t in (view.task(tid)[0] for tid in view.task_ids()):
             if t["state"] == "assigned" and t["assignee"] == agent:
                 tasks.append(t["id"])
             elif t["state"] == "review" and reviewer_ok(view, t, agent, lead):

@@ -248,3 +248,18 @@ class Writer:
                     os.unlink(lock)
                 except FileNotFoundError:
                     pass
+
+
+def batch_ok(cfg, path: str) -> bool:
+    """Batch durability (gitdrop.durable) where it is as durable as fsync per file
+    and nothing else is asked of a ref write: gitdrop.fsyncMethod = auto (the
+    default: ext4 with a journal), batch (trust the filesystem) or fsync (libgit2's
+    fsync of every file). Reflogs, shared permissions and SHA-256 stay with libgit2."""
+    def get(key, default=""):
+        return str(cfg[key]).lower() if key in cfg else default
+    method = get("gitdrop.fsyncmethod", "auto")
+    if method == "fsync" or get("core.logallrefupdates") in ("true", "always") or \
+            get("core.sharedrepository") not in ("", "false", "umask", "0") or \
+            get("extensions.objectformat", "sha1") != "sha1":
+        return False
+    return method == "batch" or (method == "auto" and supports_batch(path))

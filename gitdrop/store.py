@@ -124,7 +124,7 @@ class Store(BaseStore):
         cfg = self.repo.config
         fsync = cfg["gitdrop.fsync"] if "gitdrop.fsync" in cfg else "true"
         set_fsync(fsync != "false")
-        self.batch = fsync != "false" and _batch_ok(cfg, self.path)
+        self.batch = fsync != "false" and durable.batch_ok(cfg, self.path)
 
     # --- refs ---------------------------------------------------------------
     def tip(self, ref: str) -> str:
@@ -203,21 +203,6 @@ class Store(BaseStore):
 
     def delete_ref(self, ref: str) -> None:
         self.repo.references.delete(ref)
-
-
-def _batch_ok(cfg, path: str) -> bool:
-    """Batch durability (gitdrop.durable) where it is as durable as fsync per file
-    and nothing else is asked of a ref write: gitdrop.fsyncMethod = auto (the
-    default: ext4 with a journal), batch (trust the filesystem) or fsync (libgit2's
-    fsync of every file). Reflogs, shared permissions and SHA-256 stay with libgit2."""
-    def get(key, default=""):
-        return str(cfg[key]).lower() if key in cfg else default
-    method = get("gitdrop.fsyncmethod", "auto")
-    if method == "fsync" or get("core.logallrefupdates") in ("true", "always") or \
-            get("core.sharedrepository") not in ("", "false", "umask", "0") or \
-            get("extensions.objectformat", "sha1") != "sha1":
-        return False
-    return method == "batch" or (method == "auto" and durable.supports_batch(path))
 
 
 def signature(author: str, when: int) -> pygit2.Signature:

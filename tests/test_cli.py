@@ -322,14 +322,15 @@ def test_shell_completion_is_typers(gd):
 
 
 def test_start_up_imports_nothing_heavy(gd, team):
-    """inbox must not pay for mcp, watchdog, rich or pydantic (see bench/bench_cli.py)."""
+    """inbox must not pay for pygit2, mcp, watchdog, rich or pydantic (see
+    bench/bench_cli.py): a room's verbs run on the lean store."""
     p = subprocess.run([os.sys.executable, "-X", "importtime", "-m", "gitdrop", "inbox"],
                        env=gd.env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     mods = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
             if line.startswith("import time:")}
-    assert "pygit2" in mods and "gitdrop.core" in mods
-    heavy = {m for m in mods if m.split(".")[0] in ("mcp", "watchdog", "rich", "pydantic",
+    assert "gitdrop.core" in mods and "gitdrop.leanstore" in mods
+    heavy = {m for m in mods if m.split(".")[0] in ("pygit2", "mcp", "watchdog", "rich", "pydantic",
                                                    "starlette", "anyio", "httpx")}
     assert not heavy, sorted(heavy)
 
