@@ -11,7 +11,7 @@ location in the environment.
 import os
 import zlib
 
-from .view import CommitData
+from .view import CommitData, diff_trees
 
 
 class CatFile:
@@ -168,28 +168,10 @@ class CatFile:
         return sorted(self.tree(tree))
 
     def diff(self, old, new) -> list:
-        out: list = []
-        self._diff(old, new, "", out)
-        return out
+        return diff_trees(self._kinds, old, new)
 
-    def _diff(self, old, new, prefix, out):
-        a = self.tree(old) if old else {}
-        b = self.tree(new) if new else {}
-        for name in sorted(set(a) | set(b)):
-            ea, eb = a.get(name), b.get(name)
-            if ea == eb:
-                continue
-            path = prefix + name
-            ta = ea is not None and ea[0] == "40000"
-            tb = eb is not None and eb[0] == "40000"
-            if ta or tb:
-                self._diff(ea[1] if ta else None, eb[1] if tb else None, path + "/", out)
-                if ea is not None and not ta:
-                    out.append((path, ea[1], None))
-                if eb is not None and not tb:
-                    out.append((path, None, eb[1]))
-            else:
-                out.append((path, ea[1] if ea else None, eb[1] if eb else None))
+    def _kinds(self, tree: str) -> dict:
+        return {n: (mode == "40000", oid) for n, (mode, oid) in self.tree(tree).items()}
 
     def blob_text(self, oid):
         if oid is None:

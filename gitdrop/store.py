@@ -12,7 +12,7 @@ import pygit2
 from . import durable, model, walkmemo
 from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
 from .errors import NotFound, Refusal
-from .view import CommitData, changes_between  # noqa: F401 (changes_between: re-export)
+from .view import CommitData, changes_between, diff_trees  # noqa: F401 (re-export)
 
 ZERO = "0" * 40
 _FSYNC = None
@@ -83,28 +83,10 @@ class Reader:
 
     def diff(self, old_tree: str | None, new_tree: str) -> list[tuple[str, str | None, str | None]]:
         """Changed blob paths between two trees: (path, old oid, new oid)."""
-        out: list = []
-        self._diff(old_tree, new_tree, "", out)
-        return out
+        return diff_trees(self._kinds, old_tree, new_tree)
 
-    def _diff(self, old, new, prefix, out):
-        a = {e.name: e for e in self.repo[old]} if old else {}
-        b = {e.name: e for e in self.repo[new]} if new else {}
-        for name in sorted(set(a) | set(b)):
-            ea, eb = a.get(name), b.get(name)
-            if ea is not None and eb is not None and ea.id == eb.id:
-                continue
-            path = prefix + name
-            ta = ea is not None and ea.type_str == "tree"
-            tb = eb is not None and eb.type_str == "tree"
-            if ta or tb:
-                self._diff(str(ea.id) if ta else None, str(eb.id) if tb else None, path + "/", out)
-                if ea is not None and not ta:
-                    out.append((path, str(ea.id), None))
-                if eb is not None and not tb:
-                    out.append((path, None, str(eb.id)))
-            else:
-                out.append((path, str(ea.id) if ea else None, str(eb.id) if eb else None))
+    def _kinds(self, tree: str) -> dict:
+        return {e.name: (e.type_str == "tree", str(e.id)) for e in self.repo[tree]}
 
     def blob_text(self, oid: str | None) -> str | None:
         return None if oid is None else self.repo[oid].data.decode("utf-8", "replace")

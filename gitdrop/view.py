@@ -192,3 +192,26 @@ def changes_between(reader, old_tree, new_tree) -> list:
     from .rules import Change
     return [Change(p, reader.blob_text(a), reader.blob_text(b))
             for p, a, b in reader.diff(old_tree, new_tree)]
+
+
+def diff_trees(entries, old: str | None, new: str | None, prefix: str = "", out=None) -> list:
+    """Changed blob paths between two trees, as (path, old oid, new oid); `entries(tree)`
+    gives {name: (is_tree, oid)}. Subtrees with equal ids are not opened."""
+    out = [] if out is None else out
+    a = entries(old) if old else {}
+    b = entries(new) if new else {}
+    for name in sorted(set(a) | set(b)):
+        ea, eb = a.get(name), b.get(name)
+        if ea == eb:
+            continue
+        path = prefix + name
+        ta, tb = bool(ea and ea[0]), bool(eb and eb[0])
+        if ta or tb:
+            diff_trees(entries, ea[1] if ta else None, eb[1] if tb else None, path + "/", out)
+            if ea is not None and not ta:
+                out.append((path, ea[1], None))
+            if eb is not None and not tb:
+                out.append((path, None, eb[1]))
+        else:
+            out.append((path, ea[1] if ea else None, eb[1] if eb else None))
+    return out
