@@ -25,6 +25,14 @@ def _subject_text(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+class _Replayed(Exception):
+    """An operation with this idempotency key is already in the room."""
+
+    def __init__(self, result: dict):
+        super().__init__("replayed")
+        self.result = result
+
+
 class Room:
     """One room of a hub, seen by whoever calls: each write names its agent."""
 
@@ -70,17 +78,24 @@ class Room:
 
     # --- writing ---------------------------------------------------------------
     def _write(self, agent: str, build, key: str = ""):
-        if key:
-            done = self._replayed(agent, key)
-            if done is not None:
-                return done
-        oid, result = self.store.write(self.ref, build, agent, now=self.clock())
+        if key:  # checked on every (re)build, so a racing twin that landed first counts
+            inner = build
+
+            def build(view, tip):
+                done = self._replayed(agent, key, tip)
+                if done is not None:
+                    raise _Replayed(done)
+                return inner(view, tip)
+        try:
+            oid, result = self.store.write(self.ref, build, agent, now=self.clock())
+        except _Replayed as r:
+            return r.result
         if isinstance(result, dict):
             result.setdefault("commit", oid)
         return result
 
-    def _replayed(self, agent: str, key: str):
-        for n, c in enumerate(first_parent_walk(self.store.reader, self.store.room_tip(self.name))):
+    def _replayed(self, agent: str, key: str, tip: str):
+        for n, c in enumerate(first_parent_walk(self.store.reader, tip)):
             if n >= IDEMPOTENCY_WINDOW:
                 break
             if c.author == agent and fmt.trailer(c.trailers, "id") == key:

@@ -142,3 +142,33 @@ def test_a_retried_operation_with_the_same_key_is_applied_once(lobby):
     assert len(lobby.list_tasks()) == 1
     other = lobby.send("core/juno", "spartan", "deploy at 6", key="k-4")
     assert "replayed" not in other
+
+
+KEYED = r"""
+import sys, time
+from gitdrop.hub import Hub
+hub, start = sys.argv[1], float(sys.argv[2])
+room = Hub(hub).room("lobby")
+while time.time() < start:
+    pass
+for i in range(10):
+    r = room.send("core/juno", "all", f"note {i}", key=f"same-{i}")
+    print(r["commit"], r.get("replayed", False))
+"""
+
+
+def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
+    """Two processes send the same keyed operations at once: each lands once."""
+    lobby.register("core/juno", ["lead"])
+    lobby.update_room("core/juno", "room-settings", "no cap", settings={"loop_cap": 0})
+    script = tmp_path / "keyed.py"
+    script.write_text(KEYED)
+    start = time.time() + 1.0
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, str(script), hub.path, str(start)],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=60)[0].split("\n") for p in procs]
+    a, b = ([line.split()[0] for line in out if line] for out in outs)
+    assert a == b                                   # both were told the same commits
+    texts = [e["text"] for e in lobby.history(100)]
+    assert sorted(texts) == sorted(f"note {i}" for i in range(10))
