@@ -104,21 +104,12 @@ def _key(path: str, prefix: str) -> str:
     return path[len(prefix):-3] if path.startswith(prefix) else ""
 
 
-def concerns(ev: dict, agent_id: str, lead: bool, reviewer_of=None) -> str:
+def concerns(ev: dict, agent_id: str, lead: bool) -> str:
     """How an event reaches an agent ("to", "cc", "team", "all", "lead", "notice") or ""."""
     if ev["from"] == agent_id:
         return ""
     if ev["op"] == "send":
-        to, cc = ev["to"], ev["cc"]
-        if agent_id in to:
-            return "to"
-        if agent_id in cc:
-            return "cc"
-        if "@" + model.split_agent(agent_id)[0] in to:
-            return "team"
-        if model.ALL in to:
-            return "all"
-        return "lead" if lead else ""
+        return rules.reaches(ev["from"], ev["to"], ev["cc"], agent_id, lead)
     targets_ = ev.get("for", [])
     if agent_id in targets_ or (LEADS in targets_ and lead):
         return "notice"

@@ -231,9 +231,14 @@ def recipients(c) -> tuple[list[str], list[str]]:
 
 def addressed_to(c, agent_id: str, lead: bool) -> str:
     """How a message commit reaches an agent: "to", "cc", "team", "all", "lead" or ""."""
-    if c.author == agent_id:
+    return reaches(c.author, *recipients(c), agent_id, lead)
+
+
+def reaches(author: str, to, cc, agent_id: str, lead: bool) -> str:
+    """How a message from `author` to `to`/`cc` reaches an agent (a lead gets a copy
+    of every message in the room): "to", "cc", "team", "all", "lead" or ""."""
+    if author == agent_id:
         return ""
-    to, cc = recipients(c)
     if agent_id in to:
         return "to"
     if agent_id in cc:
