@@ -7,7 +7,7 @@ import time
 
 import pygit2
 
-from . import fmt, hubrules, model
+from . import fmt, hubrules, model, rules
 from .core import Room, default_hub
 from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -182,13 +182,8 @@ class Hub:
 
     @staticmethod
     def leads_of(view: RoomView) -> list[str]:
-        """Who acts for a room: the leads of its member teams (room.toml, from the team
-        registry), and in an open room or one without those, its registered agents
-        with the lead role (as for room.toml changes in rules.py)."""
-        recorded = set(view.room["leads"].values())
-        if view.room["open"] or not recorded:
-            recorded |= set(view.leads())
-        return sorted(recorded)
+        """Who acts for a room (the same answer the rules give for room.toml)."""
+        return rules.room_leads(view)
 
     def _actor(self, view: RoomView, by: str) -> str:
         """`by` as team/name: a short name resolves among the room's agents and leads."""

@@ -726,10 +726,7 @@ def _check_room_settings(before, c, changes, ctx, op):
     if old["name"] != new["name"] or old["created"] != new["created"]:
         _refuse("format", c, "a room's name and creation time do not change", "")
     _check_leads(c, new)
-    # A closed room with team leads is run by them; a self-declared lead role counts
-    # only in an open room or one without recorded leads.
-    recorded = c.author in old["leads"].values()
-    lead = recorded or (before.is_lead(c.author) and (old["open"] or not old["leads"]))
+    lead = c.author in room_leads(before)
     if not lead and not _self_join(old, new, c.author):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
                 + ("" if old["open"] else " (a closed room: its leads add teams)"),
@@ -745,6 +742,16 @@ def _check_room_settings(before, c, changes, ctx, op):
                 or v < 0:
             _refuse("format", c, f"setting {k}={v!r} is unknown or not a whole number >= 0",
                     "settings: " + ", ".join(model.DEFAULT_SETTINGS))
+
+
+def room_leads(view) -> list[str]:
+    """Who runs a room (its settings, archive, pin, destroy): the leads of its member
+    teams recorded in room.toml; in an open room, or one without recorded leads, also
+    its registered agents with the lead role."""
+    recorded = set(view.room["leads"].values())
+    if view.room["open"] or not recorded:
+        recorded |= set(view.leads())
+    return sorted(recorded)
 
 
 def _self_join(old, new, author) -> bool:
