@@ -25,6 +25,16 @@ def _subject_text(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def by_short_name(name: str, ids) -> str:
+    """The one id among `ids` whose name part is `name` ("" if none); refuses an
+    ambiguous short name, since two teams may each have a spartan."""
+    found = sorted({i for i in ids if model.short(i) == name})
+    if len(found) > 1:
+        raise Ambiguous(f"AMBIGUOUS: {name!r} matches {', '.join(found)}.",
+                        "Use full name (team/agent).")
+    return found[0] if found else ""
+
+
 class _Replayed(Exception):
     """An operation with this idempotency key is already in the room."""
 
@@ -56,14 +66,11 @@ class Room:
                 raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                                "register it (gitdrop register) or check gitdrop who")
             return name
-        found = [a["id"] for a in view.agents() if model.short(a["id"]) == name]
-        if len(found) == 1:
-            return found[0]
+        found = by_short_name(name, (a["id"] for a in view.agents()))
         if not found:
             raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                            "register it (gitdrop register) or check gitdrop who")
-        raise Ambiguous(f"AMBIGUOUS: {name!r} matches {', '.join(sorted(found))}.",
-                        "Use full name (team/agent).")
+        return found
 
     def _target(self, view, name: str) -> str:
         if name in (model.ALL, "*"):

@@ -8,8 +8,8 @@ import time
 import pygit2
 
 from . import fmt, hubrules, model, rules
-from .core import Room, default_hub
-from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
+from .core import Room, by_short_name, default_hub
+from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
 from .view import CommitData, RoomView, first_parent_walk, render_file
@@ -189,12 +189,8 @@ class Hub:
         """`by` as team/name: a short name resolves among the room's agents and leads."""
         if not by or "/" in by:
             return by
-        found = sorted({a["id"] for a in view.agents() if model.short(a["id"]) == by} |
-                       {x for x in view.room["leads"].values() if model.short(x) == by})
-        if len(found) > 1:
-            raise Ambiguous(f"AMBIGUOUS: {by!r} matches {', '.join(found)}.",
-                            "Use full name (team/agent).")
-        return found[0] if found else by
+        ids = [a["id"] for a in view.agents()] + list(view.room["leads"].values())
+        return by_short_name(by, ids) or by
 
     def _require_lead(self, view: RoomView, by: str, what: str) -> str:
         by = self._actor(view, by)
