@@ -173,11 +173,8 @@ class Room:
 
     def _update_agent(self, agent, op, subject, **fields):
         agent = self.resolve(agent)
-        old = self.view().agent(agent)
-        if old is not None and all(old.get(k) == v for k, v in fields.items()):
-            return {"agent": agent, **fields, "commit": ""}  # already so (same second): no commit
 
-        def build(view, tip):
+        def build(view, tip):  # a change to nothing (same second) writes no commit
             old = view.agent(agent)
             if old is None:
                 raise NotFound(f"{agent} is not registered", "register first")
