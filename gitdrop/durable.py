@@ -188,22 +188,7 @@ class Writer:
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
-        """The ref's value: its loose file, else packed-refs, else ""."""
-        try:
-            with open(os.path.join(self.git_dir, ref), "rb") as f:
-                return f.read(64).split(b"\n", 1)[0].strip().decode()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            pass
-        try:
-            with open(os.path.join(self.git_dir, "packed-refs"), "rb") as f:
-                want = b" " + ref.encode()
-                for line in f:
-                    line = line.rstrip(b"\n")
-                    if line.endswith(want) and not line.startswith((b"#", b"^")):
-                        return line[:-len(want)].decode()
-        except FileNotFoundError:
-            pass
-        return ""
+        return read_ref(self.git_dir, ref)
 
     def move_ref(self, ref: str, expected: str, new: str) -> bool:
         """Compare-and-swap `ref` from `expected` ("" = absent) to `new`, after
@@ -263,3 +248,22 @@ def batch_ok(cfg, path: str) -> bool:
             get("extensions.objectformat", "sha1") != "sha1":
         return False
     return method == "batch" or (method == "auto" and supports_batch(path))
+
+
+def read_ref(git_dir: str, ref: str) -> str:
+    """The ref's value: its loose file, else packed-refs, else ""."""
+    try:
+        with open(os.path.join(git_dir, ref), "rb") as f:
+            return f.read(64).split(b"\n", 1)[0].strip().decode()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        pass
+    try:
+        with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
+            want = b" " + ref.encode()
+            for line in f:
+                line = line.rstrip(b"\n")
+                if line.endswith(want) and not line.startswith((b"#", b"^")):
+                    return line[:-len(want)].decode()
+    except FileNotFoundError:
+        pass
+    return ""

@@ -34,10 +34,9 @@ class LeanStore(BaseStore):
             self.method = "none"
         else:
             self.method = "batch" if durable.batch_ok(cfg, self.path) else "fsync"
-        self._refs = durable.Writer(self.path, "none")
 
     def tip(self, ref: str) -> str:
-        return self._refs.current(ref)
+        return durable.read_ref(self.path, ref)
 
     def rooms(self, prefix: str = model.ROOM_PREFIX) -> list[str]:
         names = set()
