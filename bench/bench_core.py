@@ -9,8 +9,9 @@ samples), bob reads his inbox (one `inbox` sample: 10 new messages, cursor
 advanced by a commit) and moves a task (one `move` sample: block/unblock).
 Targets (rooms of each size, and SQLite with as many rows) take their turns
 round by round in a shuffled order, so a noisy neighbour hits them all alike.
-Durable: the hub's default (libgit2 fsync of objects and refs) against
-SQLite synchronous=FULL; then both with fsync off (synchronous=OFF).
+
+Durable: the hub's default (its write-ahead log, one fdatasync per write)
+against SQLite synchronous=FULL; then both with fsync off (synchronous=OFF).
 """
 
 import argparse
@@ -138,20 +139,19 @@ def anatomy(path: str, size: int, fsync: bool, n: int = 200) -> None:
         t.time("rules.check (incl. unread walk)", rules.check, view, c, [],
                rules.Ctx(store.reader, now))
         sig = signature(agent, now)
-        if getattr(store, "batch", False):  # as Store.write does it with batch durability
+        if store.method == "wal":  # as Store.write does it with the write-ahead log
             from gitdrop import durable
-            w = durable.Writer(store.path, "batch", defer=True)
+            w = durable.Writer(store.path, "wal")
             oid = t.time("write commit object", w.commit, tc.tree, [tip], sig.name, sig.email,
                          now, msg)
-            ok = t.time("move ref (CAS, durable)", store._cas, ref, tip, oid, "send", w)
+            ok = t.time("move ref (CAS, log + fdatasync)", store._cas, ref, tip, oid, "send", w)
         else:
             oid = t.time("write commit object", store.repo.create_commit, None, sig, sig, msg,
                          pygit2.Oid(hex=tc.tree), [pygit2.Oid(hex=tip)])
             ok = t.time("move ref (CAS)", store._cas, ref, tip, oid, "send")
         assert ok
     total = sum(t.med(k) for k in t.samples)
-    how = "off" if not fsync else "on, batch method" if getattr(store, "batch", False) \
-        else "on, libgit2 fsync"
+    how = "off" if not fsync else f"on, {store.method} method"
     print(f"\n## anatomy of a send, fsync {how}, history {size}, n={n}")
     for k in t.samples:
         print(f"  {k:36} med {ms(t.med(k))} ms  p99 {ms(t.p99(k))} ms  "
@@ -207,8 +207,9 @@ def main(argv=None) -> int:
             fsync = mode == "on"
             t = run_mode(targets, fsync, a.rounds, a.warmup, a.per_round, a.seed)
             store = targets[("git", sizes[0])].hub.store
-            method = "batch (one journal commit per write)" if getattr(store, "batch", False) else \
-                "libgit2 fsync of every file and directory"
+            method = {"wal": "write-ahead log (one fdatasync per write)",
+                      "fsync": "libgit2 fsync of every file and directory"}.get(
+                store.method, store.method)
             results[fsync] = report(t, sizes, fsync, method)
         if not a.no_anatomy:
             for mode in a.modes.split(","):

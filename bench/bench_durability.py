@@ -8,8 +8,8 @@ ref; a "move" writes a task file (blob, tasks/ tree, root tree, commit) and
 moves the ref. Methods, taking turns op by op:
   libgit2 fsync   pygit2 with enable_fsync_gitdir(True): fsync of every object
                   file and its directory, of the ref's lock file and directory
-  batch           gitdrop.durable: writeback per file, one fsync at the ref
-                  (used by default on ext4 with a journal)
+  wal             gitdrop.durable with the hub's write-ahead log: one fdatasync
+                  of the log per write, files written without fsync (the default)
   fsync           gitdrop.durable, fsync per file and directory (as libgit2)
   libgit2 off /   no fsync at all (gitdrop.fsync = false)
   none
@@ -33,7 +33,7 @@ import pygit2  # noqa: E402
 from gitdrop import durable  # noqa: E402
 
 REF = "refs/heads/rooms/bench"
-METHODS = ("libgit2 fsync", "batch", "fsync", "libgit2 off", "none")
+METHODS = ("libgit2 fsync", "wal", "fsync", "libgit2 off", "none")
 
 
 class Repo:
@@ -108,9 +108,7 @@ def main(argv=None) -> int:
     for base in dirs:
         work = tempfile.mkdtemp(prefix="gitdrop-bench-dur-", dir=base)
         try:
-            batch_ok = durable.supports_batch(work)
-            print(f"\n## {base}: {common.fs_type(work)}; journal ordering for batch: "
-                  f"{'yes' if batch_ok else 'NO (batch would not be as durable here)'}")
+            print(f"\n## {base}: {common.fs_type(work)}")
             repos = {m: Repo(os.path.join(work, m.replace(' ', '-')), m) for m in METHODS}
             db = sqlite3.connect(os.path.join(work, "s.db"), isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")

@@ -26,7 +26,7 @@ def identity(author: str) -> tuple[str, str]:
 
 class BaseStore:
     """A hub's rooms over some object store. Subclasses give: `path`, `reader`,
-    `tip(ref)`, `_writer(single)`, `_entries(tree)`, `_cas(ref, old, new, why, w)`,
+    `tip(ref)`, `_writer()`, `_entries(tree)`, `_cas(ref, old, new, why, w)`,
     and, where `_writer` may return None, `_native_tree` and `_native_commit`."""
 
     # publish(ref, old, new), if set, is called after each local CAS: it hands the
@@ -105,25 +105,20 @@ class BaseStore:
             if attempt:  # lost a race: let the winner finish (its lock, its fsync)
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
             start = tip = self.tip(ref)
-            # One commit: its objects are named at the ref, all waited for at once.
-            w = self._writer(len(ops) == 1)
-            try:
-                out, why = [], ""
-                for build, author in ops:
-                    try:
-                        oid, result, op = self._one(room, tip, build, author, now, check, w)
-                    except GitdropError as e:
-                        if raise_first:
-                            raise
-                        out.append(e)
-                        continue
-                    if oid != tip:
-                        tip, why = oid, why or op
-                    out.append((oid, result))
-                moved = tip == start or self._cas(ref, start, tip, why or "write", w)
-            finally:
-                if w is not None:
-                    w.close()
+            w = self._writer()
+            out, why = [], ""
+            for build, author in ops:
+                try:
+                    oid, result, op = self._one(room, tip, build, author, now, check, w)
+                except GitdropError as e:
+                    if raise_first:
+                        raise
+                    out.append(e)
+                    continue
+                if oid != tip:
+                    tip, why = oid, why or op
+                out.append((oid, result))
+            moved = tip == start or self._cas(ref, start, tip, why or "write", w)
             if moved:
                 if tip == start or self.publish is None or self.publish(ref, start, tip):
                     memo = getattr(self.reader, "_walks", None)

@@ -1,75 +1,51 @@
-"""Loose objects and ref moves written by gitdrop itself, durable with one
-journal commit per operation instead of two per file.
+"""Loose objects and ref moves written by gitdrop itself.
 
-libgit2's fsync mode (pygit2.settings.enable_fsync_gitdir) fsyncs every loose
-object and its directory, then the ref's lock file and the refs directory: a
-send costs four journal commits, a task move about ten. On ext4 with a journal
-the same guarantee takes one: each object's data is written back before the
-object gets its name (sync_file_range, which writes the data and commits
-nothing), the ref's lock file likewise, the lock is renamed over the ref, and
-one fsync of the ref's directory commits the journal transaction holding every
-allocation and rename (ext4 has one journal whose transactions commit in
-order, and a commit flushes the device cache first). So nothing named is ever
-without its data, and the ref is never durable before the objects it names.
-See docs/DURABILITY.md.
+Methods:
+- "wal" (the default where it works): each write's objects and ref update go
+  into the hub's write-ahead log (gitdrop.wal) with one fdatasync; the loose
+  files and the ref are then written without fsync. After a crash the log is
+  replayed before anything reads the hub.
+- "fsync": every object file and its directory, the ref's lock and its
+  directory are fsynced, as libgit2's fsync mode does.
+- "none": the OS writes when it likes (gitdrop.fsync = false).
 
 Objects are written in git's loose format and refs with git's lock protocol
 (`<ref>.lock` created exclusively, old value compared under the lock, renamed
 into place), so git, libgit2 and this writer exclude one another.
+See docs/DURABILITY.md.
 """
 
 import hashlib
 import os
-import sys
 import zlib
 
-METHODS = ("batch", "fsync", "none")
-_SYNC_START = 2                  # SYNC_FILE_RANGE_WRITE: start writing, do not wait
-_SYNC_WAIT = 1 | 2 | 4           # WAIT_BEFORE | WRITE | WAIT_AFTER
-_libc = None
+from . import wal
+
+METHODS = ("wal", "fsync", "none")
 
 
-def _sync_file_range(fd: int, flags: int) -> None:
-    global _libc
-    if _libc is None:
-        import ctypes
-        lib = ctypes.CDLL(None, use_errno=True)
-        fn = lib.sync_file_range
-        fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-        _libc = (fn, ctypes)
-    fn, ctypes = _libc
-    if fn(fd, 0, 0, flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
+_renameat2 = None
 
 
-_SUPPORTS: dict[str, bool] = {}
-
-
-def supports_batch(path: str) -> bool:
-    """Batch needs Linux (sync_file_range) and ext4 (or ext3) with its journal
-    running: ext2, or ext4 mounted without a journal, has no ordering to lean on."""
-    real = os.path.realpath(path)
-    if real not in _SUPPORTS:
-        _SUPPORTS[real] = sys.platform.startswith("linux") and _journaled_ext4(real)
-    return _SUPPORTS[real]
-
-
-def _journaled_ext4(real: str) -> bool:
-    try:
-        best, fstype, source = "", "", ""
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                mnt = left.split()[4].replace("\\040", " ")
-                if (real + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
-                    best, (fstype, source) = mnt, right.split()[:2]
-        if fstype not in ("ext4", "ext3") or not source.startswith("/dev/"):
-            return False
-        dev = os.path.basename(os.path.realpath(source))
-        return os.path.isdir(f"/proc/fs/jbd2/{dev}-8")
-    except (OSError, ValueError, IndexError):
-        return False
+def _into_place(lock: str, path: str) -> None:
+    """Put the lock file in place of the ref. Swapping the two (renameat2 with
+    RENAME_EXCHANGE), then removing the lock (now the old value), is as atomic for
+    readers as rename and keeps the lock held to the end; ext4 flushes a file
+    renamed over another at once (auto_da_alloc, ~0.2 ms), but not a swapped one."""
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            import ctypes
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.c_uint]
+            _renameat2 = fn
+        except (AttributeError, OSError):
+            _renameat2 = False
+    if _renameat2 and _renameat2(-100, lock.encode(), -100, path.encode(), 2) == 0:
+        os.unlink(lock)
+        return
+    os.rename(lock, path)   # no ref yet, or no exchange here
 
 
 def _fsync_path(path: str) -> None:
@@ -81,38 +57,33 @@ def _fsync_path(path: str) -> None:
 
 
 class Writer:
-    """Writes the objects of one or more commits, then moves a ref with CAS.
+    """Writes the objects of one or more commits, then moves a ref with CAS."""
 
-    method: "batch" (writeback per file, one fsync at the ref), "fsync" (fsync
-    per file and directory, as libgit2 does) or "none" (the OS decides).
-    defer (batch): objects stay unnamed (temporary files being written back)
-    until move_ref, which waits for all of them and the ref's lock at once; use
-    it when nothing reads the new objects before the ref moves (one commit).
-    """
-
-    def __init__(self, git_dir: str, method: str = "batch", defer: bool = False):
+    def __init__(self, git_dir: str, method: str = "wal"):
         if method not in METHODS:
             raise ValueError(f"unknown fsync method {method!r}")
         self.git_dir = git_dir
         self.method = method
-        self.defer = defer and method == "batch"
-        self.pending: dict[str, tuple[int, str]] = {}  # final path -> (fd, temporary path)
-        self.new_dirs: set[str] = set()  # object directories made (fsync method)
+        self.log = wal.for_hub(git_dir) if method == "wal" else None
+        self.logged: dict[str, bytes] = {}   # oid -> loose bytes, for the log
+        self.named: list[str] = []           # object files this writer made (wal)
+        self.new_dirs: set[str] = set()      # object directories made (fsync)
 
     # --- objects --------------------------------------------------------------
     def write(self, kind: str, data: bytes) -> str:
-        """Store one object in the loose format; returns its id (hex). An object
-        gets its name only once its data is on the device (batch: written back;
-        fsync: fsynced), so a crash never leaves a named object without content."""
+        """Store one object in the loose format; returns its id (hex). Under the
+        log every object of the write is logged, present or not: a file another
+        writer left (a lost race) may not be on the device yet."""
         raw = b"%s %d\0" % (kind.encode(), len(data)) + data
         oid = hashlib.sha1(raw).hexdigest()
+        if oid in self.logged:
+            return oid
+        loose = zlib.compress(raw, 1)
+        if self.log is not None:
+            self.logged[oid] = loose
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
-        if path in self.pending:
-            return oid
         if os.path.exists(path):
-            if self.method == "batch":
-                self._written_back(path)  # cheap if it already is (it should be)
             return oid
         if not os.path.isdir(d):
             os.makedirs(d, exist_ok=True)
@@ -120,33 +91,17 @@ class Writer:
         tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
-            os.write(fd, zlib.compress(raw, 1))
-            if self.defer:
-                _sync_file_range(fd, _SYNC_START)
-                self.pending[path] = (fd, tmp)
-                return oid
-            if self.method == "batch":
-                _sync_file_range(fd, _SYNC_WAIT)
-            elif self.method == "fsync":
+            os.write(fd, loose)
+            if self.method == "fsync":
                 os.fsync(fd)
         finally:
-            if path not in self.pending:
-                os.close(fd)
-        os.replace(tmp, path)
+            os.close(fd)
+        os.replace(tmp, path)   # named only once whole: readers never see part of it
         if self.method == "fsync":
             _fsync_path(d)
+        elif self.log is not None:
+            self.named.append(path)
         return oid
-
-    @staticmethod
-    def _written_back(path: str) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            _sync_file_range(fd, _SYNC_WAIT)
-        finally:
-            os.close(fd)
 
     def blob(self, data: bytes) -> str:
         return self.write("blob", data)
@@ -167,24 +122,14 @@ class Writer:
         return self.write("commit", head + b"author %s\ncommitter %s\n\n" % (who, who)
                           + message.encode())
 
-    def close(self) -> None:
-        """Drop deferred objects the ref did not take (a lost race, a refusal)."""
-        while self.pending:
-            _path, (fd, tmp) = self.pending.popitem()
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-
-    def _name_pending(self) -> None:
-        """Wait for the deferred objects' data, then give them their names."""
-        for fd, _tmp in self.pending.values():
-            _sync_file_range(fd, _SYNC_WAIT)
-        while self.pending:
-            path, (fd, tmp) = self.pending.popitem()
-            os.close(fd)
-            os.replace(tmp, path)
+    def _fsync_named(self) -> None:
+        """A write too big for the log is made durable file by file instead."""
+        for path in self.named:
+            _fsync_path(path)
+        for d in {os.path.dirname(p) for p in self.named}:
+            _fsync_path(d)
+        for d in self.new_dirs:
+            _fsync_path(os.path.dirname(d))
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
@@ -203,29 +148,32 @@ class Writer:
                 os.makedirs(d, exist_ok=True)
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
-            self.close()
             return False
         try:
             try:
                 if self.current(ref) != expected:
-                    self.close()
                     return False
                 os.write(fd, new.encode() + b"\n")
-                if self.method == "batch":
-                    _sync_file_range(fd, _SYNC_START)
-                    self._name_pending()  # their writes and the lock's overlap
-                    _sync_file_range(fd, _SYNC_WAIT)
-                elif self.method == "fsync":
-                    os.fsync(fd)
-                    for nd in self.new_dirs:
-                        _fsync_path(os.path.dirname(nd))
             finally:
                 os.close(fd)
-            os.rename(lock, path)
+            if self.log is not None:
+                try:
+                    with self.log.append([(ref, expected, new)], self.logged.items()):
+                        _into_place(lock, path)
+                    lock = ""
+                    return True
+                except wal.TooBig:
+                    self._fsync_named()
+                    _fsync_path(lock)
+            elif self.method == "fsync":
+                _fsync_path(lock)
+                for nd in self.new_dirs:
+                    _fsync_path(os.path.dirname(nd))
+            _into_place(lock, path)
             lock = ""
             self.new_dirs.clear()
             if self.method != "none":
-                _fsync_path(d)  # commits the journal: objects, lock data, rename
+                _fsync_path(d)
             return True
         finally:
             if lock:
@@ -235,19 +183,21 @@ class Writer:
                     pass
 
 
-def batch_ok(cfg, path: str) -> bool:
-    """Batch durability (gitdrop.durable) where it is as durable as fsync per file
-    and nothing else is asked of a ref write: gitdrop.fsyncMethod = auto (the
-    default: ext4 with a journal), batch (trust the filesystem) or fsync (libgit2's
-    fsync of every file). Reflogs, shared permissions and SHA-256 stay with libgit2."""
+def method_for(cfg, path: str) -> str:
+    """How a hub's in-process writes are made durable: "wal", "fsync" (libgit2's
+    fsync of every file) or "none". gitdrop.fsync = false gives none;
+    gitdrop.fsyncMethod = auto (the default) or wal gives the log wherever gitdrop
+    writes the refs itself (no reflogs, no shared permissions, SHA-1), else fsync."""
     def get(key, default=""):
         return str(cfg[key]).lower() if key in cfg else default
+    if get("gitdrop.fsync", "true") == "false":
+        return "none"
     method = get("gitdrop.fsyncmethod", "auto")
     if method == "fsync" or get("core.logallrefupdates") in ("true", "always") or \
             get("core.sharedrepository") not in ("", "false", "umask", "0") or \
-            get("extensions.objectformat", "sha1") != "sha1":
-        return False
-    return method == "batch" or (method == "auto" and supports_batch(path))
+            get("extensions.objectformat", "sha1") != "sha1" or not wal.supported():
+        return "fsync"
+    return "wal"
 
 
 def read_ref(git_dir: str, ref: str) -> str:

@@ -5,6 +5,7 @@ import os
 import sys
 import time
 
+from . import wal
 from .catfile import CatFile
 from .errors import Refusal
 from .verify import check_commits
@@ -20,6 +21,7 @@ def main() -> int:
     reader = CatFile()
     now = int(time.time())
     try:
+        wal.ensure(os.environ.get("GIT_DIR", "."))   # after a crash: the log first
         for old, new, ref in updates:
             check_commits(reader, ref, old, new, now, pusher())
     except Refusal as e:

@@ -112,6 +112,8 @@ class GitApp:
         self.hub = os.path.realpath(hub)
         if not os.path.exists(os.path.join(self.hub, "HEAD")):
             raise SystemExit(f"gitdrop.httpd: no hub at {self.hub}")
+        from . import wal
+        wal.ensure(self.hub)   # after a crash: replay the log before serving it
         self.name = os.path.basename(self.hub)
         self.users = Users(users)
         self.tokens = None

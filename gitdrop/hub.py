@@ -7,7 +7,7 @@ import time
 
 import pygit2
 
-from . import fmt, hubrules, model, rules
+from . import durable, fmt, hubrules, model, rules, wal
 from .core import Room, by_short_name, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -71,6 +71,9 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     if "gitdrop.fsync" not in repo.config:
         repo.config["gitdrop.fsync"] = "true" if fsync else "false"
     install_hooks(path)
+    if durable.method_for(repo.config, path) == "wal":
+        size = repo.config["gitdrop.walSize"] if "gitdrop.walSize" in repo.config else ""
+        wal.create(path, int(size) if size else wal.DEFAULT_SIZE)
     hub = Hub(path, clock=clock)
     if not hub.store.tip(model.HUB_REF):
         hub._hub_commit(creator, {"hub.toml": fmt.dumps_toml(
@@ -348,23 +351,31 @@ class Hub:
         between (a writer that finds the lock taken retries and then finds no room)."""
         repo = self.store.repo
         for _ in range(tries):
+            tx = repo.transaction()
             try:
-                with repo.transaction() as tx:
-                    tx.lock_ref(ref)
-                    if to:
-                        tx.lock_ref(to)
-                    tip = self.store.tip(ref)
-                    if not tip:
-                        raise NotFound(f"no ref {ref}", "gitdrop room list --all")
-                    if to:
-                        if self.store.tip(to):
-                            raise Refusal("format", f"{to} already exists",
-                                          "destroy or restore the other one first")
-                        tx.set_target(to, tip, message=f"gitdrop: {why}")
-                    tx.remove(ref)
+                tx.lock_ref(ref)
+                if to:
+                    tx.lock_ref(to)
+                tip = self.store.tip(ref)
+                if not tip:
+                    raise NotFound(f"no ref {ref}", "gitdrop room list --all")
+                if to:
+                    if self.store.tip(to):
+                        raise Refusal("format", f"{to} already exists",
+                                      "destroy or restore the other one first")
+                    tx.set_target(to, tip, message=f"gitdrop: {why}")
+                tx.remove(ref)
+                if self.store.method == "wal":   # logged, so a replay repeats it in order
+                    updates = [(ref, tip, "")] + ([(to, "", tip)] if to else [])
+                    with wal.for_hub(self.store.path).append(updates):
+                        tx.commit()
+                else:
+                    tx.commit()
                 return tip
             except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
                 time.sleep(0.002)
+            finally:
+                tx.__exit__(RuntimeError, None, None)   # frees it; commits nothing more
         raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
 
     def _view_at(self, room: str, tip: str) -> RoomView:

@@ -10,7 +10,7 @@ exclude each other through the same ref locks and write the same bytes.
 
 import os
 
-from . import durable, model, walkmemo
+from . import durable, model, wal, walkmemo
 from .basestore import BaseStore
 from .catfile import CatFile
 from .errors import NotFound
@@ -29,11 +29,8 @@ class LeanStore(BaseStore):
                            "create one with gitdrop init (or set GITDROP_HUB)")
         self.reader = CatFile(git_dir=self.path)
         self.reader.walks = walkmemo.WalkMemo(walkmemo.path_for(self.path))
-        cfg = read_config(self.path)
-        if cfg.get("gitdrop.fsync", "true") == "false":
-            self.method = "none"
-        else:
-            self.method = "batch" if durable.batch_ok(cfg, self.path) else "fsync"
+        wal.ensure(self.path)   # after a crash: replay the log before reading
+        self.method = durable.method_for(read_config(self.path), self.path)
 
     def tip(self, ref: str) -> str:
         return durable.read_ref(self.path, ref)
@@ -68,8 +65,8 @@ class LeanStore(BaseStore):
         return p.stdout.strip()
 
     # --- what the write loop needs --------------------------------------------
-    def _writer(self, single: bool):
-        return durable.Writer(self.path, self.method, defer=single)
+    def _writer(self):
+        return durable.Writer(self.path, self.method)
 
     def _entries(self, tree: str) -> dict:
         return {name: (name, int(mode, 8), oid) for name, (mode, oid) in

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 
-from . import model
+from . import model, wal
 
 ALLOWED = {"git-upload-pack": "upload-pack", "git-receive-pack": "receive-pack",
            "git upload-pack": "upload-pack", "git receive-pack": "receive-pack"}
@@ -77,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         agent, hub = parse(argv)
-        cmd, _ = resolve(agent, hub, os.environ.get("SSH_ORIGINAL_COMMAND", ""),
-                         os.path.expanduser("~"))
+        cmd, hub = resolve(agent, hub, os.environ.get("SSH_ORIGINAL_COMMAND", ""),
+                           os.path.expanduser("~"))
     except ValueError as e:
         return _fail(str(e))
+    try:
+        wal.ensure(hub)   # after a crash: replay the log before git serves anything
+    except OSError as e:
+        return _fail(f"cannot open the hub's log: {e}")
     env = {k: v for k, v in os.environ.items() if k not in ("REMOTE_USER", "GITDROP_PUSHER")}
     env["GITDROP_PUSHER"] = agent
     try:

@@ -9,7 +9,7 @@ import os
 
 import pygit2
 
-from . import durable, model, walkmemo
+from . import durable, model, wal, walkmemo
 from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
 from .errors import NotFound, Refusal
 from .view import CommitData, changes_between, diff_trees  # noqa: F401 (re-export)
@@ -103,10 +103,9 @@ class Store(BaseStore):
             raise NotFound(f"no gitdrop hub at {self.path}",
                            "create one with gitdrop init (or set GITDROP_HUB)") from None
         self.reader = Reader(self.repo)
-        cfg = self.repo.config
-        fsync = cfg["gitdrop.fsync"] if "gitdrop.fsync" in cfg else "true"
-        set_fsync(fsync != "false")
-        self.batch = fsync != "false" and durable.batch_ok(cfg, self.path)
+        wal.ensure(self.path)   # after a crash: replay the log before reading
+        self.method = durable.method_for(self.repo.config, self.path)
+        set_fsync(self.method != "none")
 
     # --- refs ---------------------------------------------------------------
     def tip(self, ref: str) -> str:
@@ -125,8 +124,8 @@ class Store(BaseStore):
             raise NotFound(f"no commit {rev!r}", "give a commit id from gitdrop log") from None
 
     # --- what the write loop needs (basestore.BaseStore) -------------------------
-    def _writer(self, single: bool):
-        return durable.Writer(self.path, "batch", defer=single) if self.batch else None
+    def _writer(self):
+        return durable.Writer(self.path, "wal") if self.method == "wal" else None
 
     def _entries(self, tree: str) -> dict:
         return {e.name: (e.name, e.filemode, str(e.id)) for e in self.repo[tree]}
@@ -158,7 +157,7 @@ class Store(BaseStore):
                                            [pygit2.Oid(hex=p) for p in parents]))
 
     def _cas(self, ref: str, expected: str, new, why: str, w=None) -> bool:
-        if w is not None:  # batch durability: gitdrop's own lock-file CAS
+        if w is not None:  # the log: gitdrop's own lock-file CAS
             return w.move_ref(ref, expected, str(new))
         try:
             if not expected:

@@ -1,7 +1,6 @@
-"""gitdrop.durable (batch durability) writes what libgit2 would write, moves refs
-with a real compare-and-swap against git's own lock protocol, and Store's group
-commit (write_many) makes one validated commit per operation and moves the ref
-once."""
+"""gitdrop.durable writes what libgit2 would write, moves refs with a real
+compare-and-swap against git's own lock protocol, and Store's group commit
+(write_many) makes one validated commit per operation and moves the ref once."""
 
 import os
 import subprocess
@@ -28,11 +27,11 @@ def _hub(path, method, clock=None):
     h = hubmod.init(str(path), room="", fsync=True)
     h.store.repo.config["gitdrop.fsyncMethod"] = method
     h = hubmod.Hub(str(path), clock=clock)
-    assert h.store.batch is (method == "batch")
+    assert h.store.method == method
     return h
 
 
-@pytest.mark.parametrize("method", ["batch", "fsync", "none"])
+@pytest.mark.parametrize("method", ["wal", "fsync", "none"])
 def test_writer_objects_match_libgit2(tmp_path, method):
     a = pygit2.init_repository(str(tmp_path / "a"), bare=True)
     pygit2.init_repository(str(tmp_path / "b"), bare=True)
@@ -77,11 +76,11 @@ def test_writer_objects_match_libgit2(tmp_path, method):
 
 
 def test_a_held_lock_is_a_lost_race(tmp_path):
-    h = _hub(tmp_path / "h", "batch")
+    h = _hub(tmp_path / "h", "wal")
     h.create_room("hub/admin", "r", open_=True)
     ref = h.store.room_ref("r")
     tip = h.store.tip(ref)
-    w = durable.Writer(h.store.path, "batch")
+    w = durable.Writer(h.store.path, "wal")
     lock = os.path.join(h.store.path, ref + ".lock")
     open(lock, "w").close()
     assert not w.move_ref(ref, tip, tip)
@@ -111,9 +110,9 @@ def _script(room):
     room.send("t/bob", "all", "done")
 
 
-def test_batch_store_writes_the_same_commits(tmp_path):
+def test_both_methods_write_the_same_commits(tmp_path):
     tips = []
-    for method in ("batch", "fsync"):
+    for method in ("wal", "fsync"):
         h = _hub(tmp_path / method, method, Clock())
         h.create_room("hub/admin", "r", open_=True)
         _script(h.room("r"))
@@ -128,7 +127,7 @@ WRITER = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from gitdrop import hub
     h = hub.Hub({path!r})
-    assert h.store.batch is {batch}
+    assert h.store.method == "wal"
     r = h.room("r")
     for i in range({n}):
         r.send({agent!r}, "t/sink", f"{{i}} from {agent}")
@@ -136,21 +135,20 @@ WRITER = textwrap.dedent("""
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
-    """Three processes send at once, two with batch durability and one through
-    libgit2: every message is on the branch, in one linear history."""
-    h = _hub(tmp_path / "h", "batch")
+    """Three processes send at once, two through the log and one through libgit2:
+    every message is on the branch, in one linear history."""
+    h = _hub(tmp_path / "h", "wal")
     h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
     room = h.room("r")
     for a in ("t/a", "t/b", "t/c", "t/sink"):
         room.register(a)
     n = 25
     procs = []
-    for agent, batch in (("t/a", True), ("t/b", True), ("t/c", False)):
+    for agent, logged in (("t/a", True), ("t/b", True), ("t/c", False)):
         env = dict(os.environ)
-        code = WRITER.format(root=ROOT, path=h.store.path, batch=batch, n=n, agent=agent)
-        if not batch:  # this one writes through libgit2 (fsync per file)
-            code = code.replace("h = hub.Hub(", "import pygit2\nh = hub.Hub(").replace(
-                "assert h.store.batch is False", "h.store.batch = False")
+        code = WRITER.format(root=ROOT, path=h.store.path, n=n, agent=agent)
+        if not logged:  # this one writes through libgit2 (fsync per file)
+            code = code.replace('assert h.store.method == "wal"', 'h.store.method = "fsync"')
         procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
                                       stderr=subprocess.PIPE, text=True))
     for p in procs:
@@ -166,7 +164,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert len(hubmod.Hub(h.store.path).verify("r")) == 5 + 3 * n
 
 
-@pytest.mark.parametrize("method", ["batch", "fsync"])
+@pytest.mark.parametrize("method", ["wal", "fsync"])
 def test_write_many_one_commit_per_operation(tmp_path, method):
     h = _hub(tmp_path / "h", method, Clock())
     h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
@@ -199,34 +197,3 @@ def test_write_many_one_commit_per_operation(tmp_path, method):
     _fsck(store.path)
     with pytest.raises(Refusal):
         store.write(ref, send("t/nobody", "x")[0], "t/ann", now=h.clock())
-
-
-def test_deferred_objects_are_named_only_by_the_ref(tmp_path):
-    h = _hub(tmp_path / "h", "batch")
-    h.create_room("hub/admin", "r", open_=True)
-    ref = h.store.room_ref("r")
-    tip = h.store.tip(ref)
-    tree = h.store.reader.commit(tip).tree
-
-    def attempt():
-        w = durable.Writer(h.store.path, "batch", defer=True)
-        blob = w.blob(b"deferred\n")
-        new_tree = w.tree([("x.md", pygit2.GIT_FILEMODE_BLOB, blob)])
-        oid = w.commit(new_tree, [tip], "hub/admin", "admin@hub.gitdrop", 1700000000, "x\n")
-        obj = os.path.join(h.store.path, "objects", oid[:2], oid[2:])
-        assert not os.path.exists(obj)          # not named before the ref moves
-        return w, oid, obj
-    lock = os.path.join(h.store.path, ref + ".lock")
-    w, oid, obj = attempt()
-    open(lock, "w").close()
-    assert not w.move_ref(ref, tip, oid)
-    os.remove(lock)
-    w.close()
-    leftovers = [f for d, _, fs in os.walk(os.path.join(h.store.path, "objects"))
-                 for f in fs if f.startswith("tmp_obj_")]
-    assert not os.path.exists(obj) and not leftovers
-    w, oid, obj = attempt()
-    assert w.move_ref(ref, tip, oid)
-    assert os.path.exists(obj) and h.store.tip(ref) == oid
-    _fsck(h.store.path)
-    assert tree != h.store.reader.commit(oid).tree

@@ -1,0 +1,392 @@
+"""The hub's write-ahead log: a write is durable after one fdatasync.
+
+A write logs its new objects (their loose bytes) and its ref updates as one record
+in a preallocated file (`<hub>/gitdrop/wal`), fdatasyncs it, and only then writes
+the loose objects and renames the ref into place, without fsync. Overwriting
+blocks that are already allocated and written commits no metadata, so the
+fdatasync costs one device write and flush, as a database's log does; the
+per-file fsyncs git would need (object, directory, ref, directory) are gone.
+
+After a crash, before anything reads the hub, `ensure` replays the log: objects
+missing or damaged are written again, refs the crash left behind are moved
+forward. A crash is known by the boot id: the header holds the boot it was last
+made consistent in, and a different boot means the machine went down in between
+(a process that dies leaves the page cache, and so every write, intact).
+
+When the log is full, `syncfs` makes everything it names durable in git's own
+form, and the log starts a new lap from the top. See docs/DURABILITY.md.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import struct
+import time
+import zlib
+
+HEADER = 4096                         # header page; records start here
+DEFAULT_SIZE = 8 << 20
+MAGIC = b"GDWAL\x00\x01\n"
+_HEAD = struct.Struct("<8sQ36sQ")     # magic, lap, boot id, size (durable; crc follows)
+_HINT_AT = 512                        # tail, next seq: hints, rebuilt by a replay
+_HINT = struct.Struct("<QQ")
+_REC = struct.Struct("<4sQQII")       # magic, lap, seq, payload length, crc32
+REC_MAGIC = b"GDR1"
+ZERO = "0" * 40
+_OPEN: dict = {}                      # (pid, path) -> Log
+_libc = None
+
+
+class TooBig(Exception):
+    """A record larger than the log: the caller makes that write durable itself."""
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def supported() -> bool:
+    """The log needs a boot id (Linux) to tell a crash from a process restart."""
+    return bool(boot_id())
+
+
+def path_for(git_dir: str) -> str:
+    return os.path.join(git_dir, "gitdrop", "wal")
+
+
+def for_hub(git_dir: str, size: int = DEFAULT_SIZE) -> "Log":
+    """This process's handle on the hub's log, created if it has none yet."""
+    log = _OPEN.get((os.getpid(), git_dir))
+    if log is None:
+        key = (os.getpid(), os.path.realpath(git_dir))
+        log = _OPEN.get(key)
+        if log is None:
+            create(git_dir, size)
+            log = _OPEN[key] = Log(git_dir)
+        _OPEN[(os.getpid(), git_dir)] = log
+    return log
+
+
+def ensure(git_dir: str) -> None:
+    """Replay the hub's log if the machine went down since it was last consistent.
+    Every reader and writer calls this first; after the first call it is free."""
+    if (os.getpid(), git_dir) in _OPEN:
+        return
+    if os.path.exists(path_for(git_dir)):
+        for_hub(git_dir)
+
+
+def create(git_dir: str, size: int = DEFAULT_SIZE) -> None:
+    """A log of `size` bytes, every block written (zeros) and synced once, so that
+    a record's fdatasync later has no allocation to commit."""
+    path = path_for(git_dir)
+    if os.path.exists(path):
+        return
+    size = max(size, HEADER * 4)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.new{os.getpid()}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        head = _header(1, boot_id(), size).ljust(_HINT_AT, b"\0") + _HINT.pack(HEADER, 0)
+        os.write(fd, head.ljust(HEADER, b"\0"))
+        chunk = b"\0" * (1 << 20)
+        left = size - HEADER
+        while left > 0:
+            left -= os.write(fd, chunk[:left])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)   # never over a log another process made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _header(lap: int, boot: str, size: int) -> bytes:
+    head = _HEAD.pack(MAGIC, lap, boot.encode().ljust(36, b"\0")[:36], size)
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def _fsync_dir(d: str) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(fd: int) -> None:
+    """Everything written on this filesystem reaches the device (data and names)."""
+    global _libc
+    if _libc is None:
+        import ctypes
+        _libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(_libc, "syncfs", None)
+    if fn is None or fn(fd) != 0:
+        os.sync()
+
+
+def _encode(updates, objects) -> bytes:
+    """updates: [(ref, old, new)] ("" = absent); objects: [(oid, loose bytes)]."""
+    out = [struct.pack("<I", len(updates))]
+    for ref, old, new in updates:
+        r = ref.encode()
+        out.append(struct.pack("<H", len(r)) + r + bytes.fromhex(old or ZERO) +
+                   bytes.fromhex(new or ZERO))
+    out.append(struct.pack("<I", len(objects)))
+    for oid, data in objects:
+        out.append(bytes.fromhex(oid) + struct.pack("<I", len(data)) + data)
+    return b"".join(out)
+
+
+def _decode(payload: bytes):
+    at, updates, objects = 4, [], []
+    (n,) = struct.unpack_from("<I", payload, 0)
+    for _ in range(n):
+        (rl,) = struct.unpack_from("<H", payload, at)
+        ref = payload[at + 2:at + 2 + rl].decode()
+        at += 2 + rl
+        old, new = payload[at:at + 20].hex(), payload[at + 20:at + 40].hex()
+        at += 40
+        updates.append((ref, "" if old == ZERO else old, "" if new == ZERO else new))
+    (n,) = struct.unpack_from("<I", payload, at)
+    at += 4
+    for _ in range(n):
+        oid = payload[at:at + 20].hex()
+        (ln,) = struct.unpack_from("<I", payload, at + 20)
+        objects.append((oid, payload[at + 24:at + 24 + ln]))
+        at += 24 + ln
+    return updates, objects
+
+
+class Log:
+    def __init__(self, git_dir: str):
+        self.git_dir = git_dir
+        self.fd = os.open(path_for(git_dir), os.O_RDWR)
+        self._check_boot()
+
+    # --- the header ---------------------------------------------------------------
+    def _head(self) -> tuple[int, str, int]:
+        raw = os.pread(self.fd, _HEAD.size + 4, 0)
+        magic, lap, boot, size = _HEAD.unpack_from(raw)
+        if magic != MAGIC or struct.unpack_from("<I", raw, _HEAD.size)[0] != zlib.crc32(
+                raw[:_HEAD.size]):
+            raise OSError(f"{path_for(self.git_dir)} is not a gitdrop log (bad header)")
+        return lap, boot.rstrip(b"\0").decode(), size
+
+    def _new_lap(self, lap: int, seq: int) -> None:
+        """Start lap `lap` at the top; the caller has made every record before it
+        durable in git's form."""
+        _, _, size = self._head()
+        os.pwrite(self.fd, _header(lap, boot_id(), size), 0)
+        os.fdatasync(self.fd)
+        os.pwrite(self.fd, _HINT.pack(HEADER, seq), _HINT_AT)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _check_boot(self) -> None:
+        if self._head()[1] == boot_id():
+            return
+        with self._locked():
+            if self._head()[1] != boot_id():
+                self.replay()
+
+    # --- writing ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def append(self, updates, objects=()):
+        """Log one write, durably; the body moves the refs while the log is held,
+        so a new lap (which only syncs what came before) never outruns a rename.
+        If the body fails, the record is taken back."""
+        payload = _encode(updates, list(objects))
+        with self._locked():
+            lap, _, size = self._head()
+            tail, seq = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))
+            rec = _REC.pack(REC_MAGIC, lap, seq, len(payload),
+                            zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
+            if HEADER + len(rec) > size:
+                raise TooBig(f"{len(rec)} bytes")
+            if tail < HEADER or tail + len(rec) > size:
+                _syncfs(self.fd)
+                lap += 1
+                self._new_lap(lap, seq)
+                tail = HEADER
+                rec = _REC.pack(REC_MAGIC, lap, seq, len(payload),
+                                zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
+            os.pwrite(self.fd, rec, tail)
+            os.fdatasync(self.fd)
+            try:
+                yield
+            except BaseException:
+                os.pwrite(self.fd, b"\0" * _REC.size, tail)
+                os.fdatasync(self.fd)
+                raise
+            os.pwrite(self.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
+
+    # --- after a crash --------------------------------------------------------------
+    def records(self):
+        """The records of the current lap, in order: [(seq, updates, objects)]."""
+        lap, _, size = self._head()
+        out, at, want = [], HEADER, None
+        while at + _REC.size <= size:
+            magic, rlap, seq, ln, crc = _REC.unpack(os.pread(self.fd, _REC.size, at))
+            if magic != REC_MAGIC or rlap != lap or (want is not None and seq != want) or \
+                    at + _REC.size + ln > size:
+                break
+            payload = os.pread(self.fd, ln, at + _REC.size)
+            if zlib.crc32(struct.pack("<QQ", rlap, seq) + payload) != crc:
+                break   # torn: its fdatasync never returned, so nothing came after it
+            out.append((seq,) + _decode(payload))
+            at += _REC.size + ln
+            want = seq + 1
+        return out, at
+
+    def replay(self) -> int:
+        """Bring objects and refs up to the log (caller holds the lock); start a new
+        lap. Returns how many records were replayed."""
+        records, _ = self.records()
+        stale = _boot_time()
+        _clear_stale(self.git_dir, stale)
+        from .catfile import CatFile
+        reader = CatFile(git_dir=self.git_dir)
+        try:
+            for _seq, updates, objects in records:
+                for oid, data in objects:
+                    _restore_object(self.git_dir, oid, data)
+                for ref, old, new in updates:
+                    _restore_ref(self.git_dir, reader, ref, old, new)
+        finally:
+            reader.close()
+        _syncfs(self.fd)
+        lap = self._head()[0]
+        seq = records[-1][0] + 1 if records else 0
+        self._new_lap(lap + 1, seq)
+        return len(records)
+
+
+def _boot_time() -> float:
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return time.time() - time.monotonic()
+
+
+def _clear_stale(git_dir: str, before: float) -> None:
+    """Lock files and half-written objects from before this boot: no process of an
+    earlier boot is alive to finish them, and a stale lock would block its ref."""
+    for top, suffix in (("refs", ".lock"), ("objects", "")):
+        for d, _dirs, files in os.walk(os.path.join(git_dir, top)):
+            for f in files:
+                if f.endswith(".lock") if suffix else f.startswith("tmp_obj_"):
+                    p = os.path.join(d, f)
+                    try:
+                        if os.stat(p).st_mtime < before:
+                            os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+    for f in ("packed-refs.lock",):
+        p = os.path.join(git_dir, f)
+        if os.path.exists(p) and os.stat(p).st_mtime < before:
+            os.unlink(p)
+
+
+def _intact(path: str, oid: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            raw = zlib.decompress(f.read())
+    except (OSError, zlib.error):
+        return False
+    return hashlib.sha1(raw).hexdigest() == oid
+
+
+def _restore_object(git_dir: str, oid: str, data: bytes) -> None:
+    d = os.path.join(git_dir, "objects", oid[:2])
+    path = os.path.join(d, oid[2:])
+    if _intact(path, oid):
+        return
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, path)
+
+
+def _read_ref(git_dir: str, ref: str) -> str | None:
+    """The ref's value, "" if absent, None if its file is damaged."""
+    from .durable import read_ref
+    try:
+        with open(os.path.join(git_dir, ref), "rb") as f:
+            raw = f.read(64).split(b"\n", 1)[0].strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return read_ref(git_dir, ref)
+    value = raw.decode("ascii", "replace")
+    if len(value) == 40 and all(c in "0123456789abcdef" for c in value):
+        return value
+    return None
+
+
+def _descends(reader, new: str, old: str, limit: int = 200000) -> bool:
+    """Is `old` on `new`'s first-parent line (rooms and the hub branch are linear)?"""
+    oid = new
+    for _ in range(limit):
+        if oid == old:
+            return True
+        try:
+            oid = reader.commit(oid).parent
+        except Exception:
+            return False
+        if not oid:
+            return False
+    return False
+
+
+def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
+    """Move `ref` forward to `new` if the crash left it at `old`, damaged, or at an
+    ancestor of `new` (a push's ref the crash lost too); never backwards."""
+    cur = _read_ref(git_dir, ref)
+    if cur == new:
+        return
+    if not new:   # a logged delete (room archive/destroy)
+        if cur == old or cur is None:
+            try:
+                os.unlink(os.path.join(git_dir, ref))
+            except FileNotFoundError:
+                pass
+        return
+    if not (cur is None or cur == old or (cur and _descends(reader, new, cur))):
+        return
+    path = os.path.join(git_dir, ref)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = path + ".lock"
+    for _ in range(1000):   # a live writer of this boot (a push) holds it a moment
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            time.sleep(0.005)
+    else:
+        raise OSError(f"{lock} stays locked: cannot replay the log onto {ref}; "
+                      "remove the lock if no git process is running, and retry")
+    try:
+        os.write(fd, new.encode() + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(lock, path)

@@ -1,0 +1,232 @@
+"""The hub's write-ahead log: after a crash (here: what a power cut can leave on a
+disk, made by hand, and a different boot id in the log's header) the first
+process to open the hub replays the log, and every acknowledged write is back."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gitdrop import durable, fmt, hub as hubmod, wal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _git(path, *args):
+    return subprocess.run(["git", "--git-dir", str(path), *args], capture_output=True,
+                          text=True)
+
+
+def _fsck(path):
+    p = _git(path, "fsck", "--strict", "--no-dangling")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def _hub(tmp_path, size=None):
+    path = tmp_path / "hub.git"
+    if size:
+        path.mkdir()
+        _git(path, "init", "--bare", "-q")
+        _git(path, "config", "gitdrop.walSize", str(size))
+    h = hubmod.init(str(path), room="")
+    assert h.store.method == "wal" and os.path.exists(wal.path_for(str(path)))
+    h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
+    r = h.room("r")
+    r.register("t/ann", ["lead"])
+    r.register("t/bob")
+    return h, r
+
+
+def _reboot(path):
+    """What the next boot sees: another boot id in the header, and this process's
+    handle on the log forgotten (a new process would have none)."""
+    log = wal.for_hub(str(path))
+    lap, _, size = log._head()
+    os.pwrite(log.fd, wal._header(lap, "0" * 36, size), 0)
+    for key in [k for k in wal._OPEN if k[1] in (str(path), os.path.realpath(path))]:
+        del wal._OPEN[key]
+
+
+def _obj(path, oid):
+    return os.path.join(str(path), "objects", oid[:2], oid[2:])
+
+
+def _lose(path, oid, how):
+    p = _obj(path, oid)
+    if how == "missing":
+        os.chmod(p, 0o644)
+        os.remove(p)
+    else:   # named, but its data never reached the disk
+        os.chmod(p, 0o644)
+        open(p, "wb").close()
+
+
+def test_replay_restores_what_the_crash_lost(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    tip0 = h.store.room_tip("r")
+    r.send("t/ann", "t/bob", "one")
+    r.create_task("t/ann", "Build it", body="Do it.", assignee="t/bob")
+    r.send("t/ann", "t/bob", "two")
+    tip = h.store.room_tip("r")
+    records, _ = wal.for_hub(path).records()
+    logged = [oid for _, _, objs in records for oid, _ in objs]
+    assert tip in logged
+    # The crash: the last commits' objects are gone or empty, the room's ref is
+    # back where it was, the hub's ref file is empty, and a lock was left behind.
+    parent = h.store.reader.commit(tip).parent
+    _lose(path, tip, "missing")
+    _lose(path, parent, "empty")
+    for oid in logged[-4:-2]:
+        if os.path.exists(_obj(path, oid)):
+            _lose(path, oid, "missing")
+    ref = os.path.join(path, h.store.room_ref("r"))
+    with open(ref, "w") as f:
+        f.write(tip0 + "\n")
+    hub_tip = h.store.tip("refs/heads/hub")
+    open(os.path.join(path, "refs/heads/hub"), "w").close()
+    lock = ref + ".lock"
+    open(lock, "w").close()
+    os.utime(lock, (1, 1))   # from before this boot
+    _reboot(path)
+    assert _git(path, "fsck", "--no-dangling").returncode != 0
+
+    # A new process opens the hub (the command line), and sees every write.
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", path, "--room", "r",
+                        "--as", "t/bob", "--json", "inbox"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)["messages"]   # two messages and the task assigned
+    assert [m["text"] for m in got if m["text"]] == ["one", "two"] and len(got) == 3
+    assert not os.path.exists(lock)
+    h2 = hubmod.Hub(path)
+    assert h2.store.tip("refs/heads/hub") == hub_tip
+    assert h2.store.reader.commit(h2.store.room_tip("r")).parent == tip
+    _fsck(path)
+    assert len(h2.verify("r")) == 7
+    log = wal.for_hub(path)
+    assert log._head()[1] == wal.boot_id()       # consistent in this boot again
+    assert len(log.records()[0]) == 1            # a new lap: bob's read since
+    h2.room("r").send("t/bob", "t/ann", "three")
+    assert len(log.records()[0]) == 2
+
+
+def test_a_torn_record_is_not_replayed(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "kept")
+    tip = h.store.room_tip("r")
+    log = wal.for_hub(path)
+    records, end = log.records()
+    # A record whose fdatasync never returned: half of it reached the disk.
+    lap = log._head()[0]
+    payload = wal._encode([(h.store.room_ref("r"), tip, "1" * 40)], [])
+    rec = wal._REC.pack(wal.REC_MAGIC, lap, records[-1][0] + 1, len(payload), 0) + payload
+    os.pwrite(log.fd, rec[:len(rec) // 2], end)
+    assert len(log.records()[0]) == len(records)
+    _reboot(path)
+    h2 = hubmod.Hub(path)
+    assert h2.store.room_tip("r") == tip
+    _fsck(path)
+
+
+def test_a_failed_ref_move_takes_its_record_back(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    log = wal.for_hub(path)
+    before = log.records()[0]
+    tip = h.store.room_tip("r")
+    with pytest.raises(OSError):
+        with log.append([(h.store.room_ref("r"), tip, "2" * 40)]):
+            raise OSError("the rename failed")
+    assert log.records()[0] == before
+    r.send("t/ann", "t/bob", "after")          # the next write goes where it was
+    assert len(log.records()[0]) == len(before) + 1
+    _reboot(path)
+    assert hubmod.Hub(path).room("r").inbox("t/bob")["messages"][0]["text"] == "after"
+
+
+def test_laps_and_a_record_too_big_for_the_log(tmp_path):
+    h, r = _hub(tmp_path, size=32 * 1024)
+    path = h.store.path
+    log = wal.for_hub(path)
+    lap = log._head()[0]
+    for i in range(120):
+        r.send("t/ann", "t/bob", f"message {i}: " + "x" * 200)
+        r.inbox("t/bob")
+    assert log._head()[0] > lap + 2           # the log went round, syncing as it did
+    records, end = log.records()
+    assert records and end <= 32 * 1024
+    n = len(records)
+    big = os.urandom(30000).hex()               # ~30 KB compressed: more than the log
+    r.set_context("t/ann", "big", big)          # made durable file by file instead
+    assert len(log.records()[0]) == n
+    _reboot(path)
+    h2 = hubmod.Hub(path)
+    assert h2.room("r").context("big") == {"big": big}
+    assert len(h2.room("r").inbox("t/bob")["messages"]) == 0
+    _fsck(path)
+
+
+def test_archive_is_replayed_in_order(tmp_path):
+    """A room created and archived since the last lap: the crash kept the room's
+    ref file (its removal was lost); replaying the log removes it again."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    tip = h.store.room_tip("r")
+    h.archive_room("r", "t/ann")
+    ref = os.path.join(path, h.store.room_ref("r"))
+    assert not os.path.exists(ref)
+    os.makedirs(os.path.dirname(ref), exist_ok=True)
+    with open(ref, "w") as f:
+        f.write(tip + "\n")
+    _reboot(path)
+    h2 = hubmod.Hub(path)
+    assert not os.path.exists(ref)
+    assert "r" not in h2.store.rooms()
+    assert h2.store.tip("refs/archive/rooms/r") == tip
+
+
+def test_replay_moves_forward_over_a_lost_push(tmp_path):
+    """Our write, then a push on top of it, then our next write: if the crash lost
+    the refs of all three, replay ends on the last one (never backwards)."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    start = h.store.room_tip("r")
+    r.send("t/ann", "t/bob", "first")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "-b", "rooms/r", path, str(clone)], check=True)
+    (clone / "tasks").mkdir(exist_ok=True)
+    (clone / "tasks" / "7.md").write_text(fmt.dumps_doc(
+        {"id": "7", "title": "by hand", "state": "pending", "creator": "t/bob",
+         "assignee": ""}, "Pushed by hand."))
+    env = dict(os.environ, GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
+               GIT_COMMITTER_NAME="t/bob", GIT_COMMITTER_EMAIL="bob@t.gitdrop")
+    subprocess.run(["git", "-C", str(clone), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(clone), "commit", "-qm", "task 7"], check=True, env=env)
+    p = subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", "rooms/r"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r2 = hubmod.Hub(path).room("r")
+    r2.send("t/ann", "t/bob", "second")
+    final = h.store.room_tip("r")
+    with open(os.path.join(path, h.store.room_ref("r")), "w") as f:
+        f.write(start + "\n")
+    _reboot(path)
+    assert hubmod.Hub(path).store.room_tip("r") == final
+    _fsck(path)
+
+
+def test_method_follows_the_settings(tmp_path):
+    h, _ = _hub(tmp_path)
+    cfg = h.store.repo.config
+    assert durable.method_for(cfg, h.store.path) == "wal"
+    cfg["gitdrop.fsyncMethod"] = "fsync"
+    assert durable.method_for(cfg, h.store.path) == "fsync"
+    cfg["gitdrop.fsyncMethod"] = "auto"
+    cfg["core.logAllRefUpdates"] = "true"      # reflogs: libgit2 writes them
+    assert durable.method_for(cfg, h.store.path) == "fsync"
+    cfg["gitdrop.fsync"] = "false"
+    assert durable.method_for(cfg, h.store.path) == "none"
