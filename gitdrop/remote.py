@@ -288,6 +288,9 @@ def _make_mirror(path: str, url: str) -> None:
     tmp = tempfile.mkdtemp(prefix=".new-", dir=os.path.dirname(path))
     repo = pygit2.init_repository(tmp, bare=True, initial_head="hub")
     repo.config["gitdrop.url"] = public_url(url)
+    # A cache: a write counts once the hub took the push, and a crash here is mended
+    # by the next fetch, so the mirror needs no fsync (and no write-ahead log).
+    repo.config["gitdrop.fsync"] = "false"
     try:
         os.rename(tmp, path)
     except OSError:   # another process made it first
