@@ -228,13 +228,16 @@ class Log:
                                 zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
             os.pwrite(self.fd, rec, tail)
             os.fdatasync(self.fd)
+            # Past this record before the ref moves: a writer killed in between must
+            # not have its record (and the objects a later commit builds on) overwritten.
+            os.pwrite(self.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
             try:
                 yield
             except BaseException:
                 os.pwrite(self.fd, b"\0" * _REC.size, tail)
                 os.fdatasync(self.fd)
+                os.pwrite(self.fd, _HINT.pack(tail, seq), _HINT_AT)
                 raise
-            os.pwrite(self.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
 
     # --- after a crash --------------------------------------------------------------
     def records(self):
@@ -262,12 +265,15 @@ class Log:
         _clear_stale(self.git_dir, stale)
         from .catfile import CatFile
         reader = CatFile(git_dir=self.git_dir)
+        last = {}
         try:
             for _seq, updates, objects in records:
                 for oid, data in objects:
                     _restore_object(self.git_dir, oid, data)
                 for ref, old, new in updates:
-                    _restore_ref(self.git_dir, reader, ref, old, new)
+                    last[ref] = (old, new)
+            for ref, (old, new) in last.items():
+                _restore_ref(self.git_dir, reader, ref, old, new)
         finally:
             reader.close()
         _syncfs(self.fd)
@@ -343,15 +349,18 @@ def _read_ref(git_dir: str, ref: str) -> str | None:
     return None
 
 
-def _descends(reader, new: str, old: str, limit: int = 200000) -> bool:
-    """Is `old` on `new`'s first-parent line (rooms and the hub branch are linear)?"""
+def _descends(reader, new: str, old: str, stop: str = "", limit: int = 200000) -> bool:
+    """Is `old` on `new`'s first-parent line (rooms and the hub branch are linear)?
+    Reaching `stop` (a commit older than `old`) ends the walk early."""
     oid = new
     for _ in range(limit):
         if oid == old:
             return True
+        if oid == stop:
+            return False
         try:
             oid = reader.commit(oid).parent
-        except Exception:
+        except Exception:   # a missing or damaged object: not a line we can trust
             return False
         if not oid:
             return False
@@ -359,8 +368,8 @@ def _descends(reader, new: str, old: str, limit: int = 200000) -> bool:
 
 
 def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
-    """Move `ref` forward to `new` if the crash left it at `old`, damaged, or at an
-    ancestor of `new` (a push's ref the crash lost too); never backwards."""
+    """Put `ref` where the last logged update for it left it (`old` -> `new`),
+    unless the ref is already further on (a push on top, which git made durable)."""
     cur = _read_ref(git_dir, ref)
     if cur == new:
         return
@@ -371,7 +380,7 @@ def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
             except FileNotFoundError:
                 pass
         return
-    if not (cur is None or cur == old or (cur and _descends(reader, new, cur))):
+    if cur and _descends(reader, cur, new, stop=old):
         return
     path = os.path.join(git_dir, ref)
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -230,3 +230,34 @@ def test_method_follows_the_settings(tmp_path):
     assert durable.method_for(cfg, h.store.path) == "fsync"
     cfg["gitdrop.fsync"] = "false"
     assert durable.method_for(cfg, h.store.path) == "none"
+
+
+KILLED = """
+import os, sys
+sys.path.insert(0, {root!r})
+from gitdrop import durable, hub
+durable._into_place = lambda lock, path: os._exit(9)   # dies after the log, before the ref
+hub.Hub({path!r}).room("r").send("t/ann", "t/bob", "never acknowledged")
+"""
+
+
+def test_a_writer_killed_after_logging_keeps_its_record(tmp_path):
+    """Its record stays (the next one goes after it), so a later write that the
+    killed one's objects might underlie is replayed whole; the last write wins."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    ref = h.store.room_ref("r")
+    log = wal.for_hub(path)
+    n = len(log.records()[0])
+    p = subprocess.run([sys.executable, "-c", KILLED.format(root=ROOT, path=path)])
+    assert p.returncode == 9
+    assert len(log.records()[0]) == n + 1
+    os.remove(os.path.join(path, ref + ".lock"))   # the dead writer's lock
+    r.send("t/ann", "t/bob", "acknowledged")
+    assert len(log.records()[0]) == n + 2          # after it, not over it
+    tip = h.store.room_tip("r")
+    _reboot(path)
+    h2 = hubmod.Hub(path)
+    assert h2.store.room_tip("r") == tip
+    assert [m["text"] for m in h2.room("r").inbox("t/bob")["messages"]] == ["acknowledged"]
+    _fsck(path)
