@@ -200,6 +200,11 @@ def main(argv=None) -> int:
             targets[("sql", size)] = SqlTarget(db, size, a.tasks)
             print(f"built: room with {size} commits of history (+{10 + a.tasks + 3} setup "
                   f"commits) and SQLite with {size} rows in {time.perf_counter() - t0:.1f}s")
+        # Building wrote hundreds of MB; let writeback finish so that it does not
+        # compete with the first target's syncs and not the others'.
+        t0 = time.perf_counter()
+        os.sync()
+        print(f"synced the build ({time.perf_counter() - t0:.1f}s)")
         print(f"rounds: {a.rounds} (+{a.warmup} warm-up) x (send x{a.per_round}, inbox, move) "
               "per target, targets shuffled each round")
         results = {}

@@ -83,13 +83,17 @@ class Writer:
             self.logged[oid] = loose
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
-        if os.path.exists(path):
+        # A new commit (its time, parent and message) is as good as never there
+        # already: the check is for blobs and trees.
+        if kind != "commit" and os.path.exists(path):
             return oid
-        if not os.path.isdir(d):
+        tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        except FileNotFoundError:   # the first object in its directory
             os.makedirs(d, exist_ok=True)
             self.new_dirs.add(d)
-        tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             os.write(fd, loose)
             if self.method == "fsync":
