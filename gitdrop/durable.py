@@ -20,6 +20,7 @@ import os
 import zlib
 
 from . import wal
+from .wal import fsync_path as _fsync_path
 
 METHODS = ("wal", "fsync", "none")
 
@@ -46,14 +47,6 @@ def _into_place(lock: str, path: str) -> None:
         os.unlink(lock)
         return
     os.rename(lock, path)   # no ref yet, or no exchange here
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Writer:

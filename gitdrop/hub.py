@@ -460,25 +460,23 @@ class Hub:
         now = self.clock() if now is None else now
         idle_days = self.config("gitdrop.idleArchiveDays", 0)
         expiry_days = self.config("gitdrop.archiveExpiryDays", 90)
-        archived, destroyed, spared = [], [], []
-        if idle_days > 0:
-            for r in self.rooms("active"):
-                if now - r["last_activity"] < idle_days * DAY:
+        spared: list[str] = []
+
+        def due(status, days, since, act, why):
+            done = []
+            for r in self.rooms(status) if days > 0 else ():
+                if now - r[since] < days * DAY:
                     continue
                 if r["pinned"]:
                     spared.append(r["room"])
                     continue
-                self._archive(r["room"], REAPER, f"idle over {idle_days} days", now)
-                archived.append(r["room"])
-        if expiry_days > 0:
-            for r in self.rooms("archived"):
-                if now - r["archived_at"] < expiry_days * DAY:
-                    continue
-                if r["pinned"]:
-                    spared.append(r["room"])
-                    continue
-                self._destroy(r["room"], REAPER, f"archived over {expiry_days} days", now)
-                destroyed.append(r["room"])
+                act(r["room"], REAPER, why, now)
+                done.append(r["room"])
+            return done
+        archived = due("active", idle_days, "last_activity", self._archive,
+                       f"idle over {idle_days} days")
+        destroyed = due("archived", expiry_days, "archived_at", self._destroy,
+                        f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
 

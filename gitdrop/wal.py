@@ -107,7 +107,7 @@ def create(git_dir: str, size: int = DEFAULT_SIZE) -> None:
         pass
     finally:
         os.unlink(tmp)
-    _fsync_dir(os.path.dirname(path))
+    fsync_path(os.path.dirname(path))
 
 
 def _header(lap: int, boot: str, size: int) -> bytes:
@@ -115,8 +115,9 @@ def _header(lap: int, boot: str, size: int) -> bytes:
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-def _fsync_dir(d: str) -> None:
-    fd = os.open(d, os.O_RDONLY)
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by name."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
