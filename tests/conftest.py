@@ -23,6 +23,15 @@ def lobby(hub):
     return hub.room("lobby")
 
 
+@pytest.fixture
+def team(lobby):
+    """A lead and two coders of team core in the lobby."""
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    lobby.register("core/kai", ["coder"])
+    return lobby
+
+
 def git(*args, cwd=None, env=None, check=True):
     e = dict(os.environ, GIT_TERMINAL_PROMPT="0")
     e.update(env or {})

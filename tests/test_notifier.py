@@ -86,14 +86,6 @@ def procs():
         p.kill()
 
 
-@pytest.fixture
-def team(lobby):
-    lobby.register("core/juno", ["lead"])
-    lobby.register("core/spartan", ["coder"])
-    lobby.register("core/kai", ["coder"])
-    return lobby
-
-
 def wait_args(hub, agent, *extra):
     return ("wait", "--hub", hub.path, "--room", "lobby", "--as", agent, *extra)
 

@@ -20,14 +20,6 @@ def msg(text, to, op="send"):
     return fmt.format_message(text.split("\n")[0], text, [("op", op), ("to", to)])
 
 
-@pytest.fixture
-def team(lobby):
-    lobby.register("core/juno", ["lead"])
-    lobby.register("core/spartan", ["coder"])
-    lobby.register("core/kai", ["coder"])
-    return lobby
-
-
 def attempt(hub, c, expect):
     """Push the clone's new commits; the hook and the in-process check must agree."""
     before = hub.store.room_tip(c.room)
