@@ -18,24 +18,28 @@ import argparse
 import asyncio
 import contextvars
 import functools
+import inspect
 import json
+import logging
 import os
 import sys
+import typing
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolResult, EmptyResult, \
-    SubscribeRequestParams, TextContent, ToolAnnotations, UnsubscribeRequestParams
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolRequestParams, EmptyResult, \
+    SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import mcp_tools
 from .errors import GitdropError
 from .mcp_tools import CALLER, ToolBox, inbox_uri
 
+logger = logging.getLogger("gitdrop.mcp")
 _LISTENER: contextvars.ContextVar[str] = contextvars.ContextVar("gitdrop_listener", default="")
 
 
@@ -127,21 +131,151 @@ class GitdropServer(MCPServer):
         return self._listed
 
 
-def _tool(box: ToolBox, name: str, fn):
-    """The method as an MCP tool: a refusal becomes a tool error naming the rule and
-    the next call. Runs on the event loop (a core call is a few ms). The text copy of
-    the result is compact JSON (the SDK's is indented): it lands in the agent's context."""
+def _schema_only(fn):
+    """The method's signature for MCPServer to derive the tool's input and output
+    schemas from (tools/list); calls go through ToolCalls, never through this."""
     @functools.wraps(fn)
     async def call(**kw):
+        raise AssertionError("tools/call is served by ToolCalls")
+    return call
+
+
+class BadArgument(ValueError):
+    pass
+
+
+def _as_str(v):
+    if isinstance(v, str):
+        return v
+    raise BadArgument("a string")
+
+
+def _as_int(v):
+    if isinstance(v, int):  # bool included, as pydantic's lax mode does
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
         try:
-            box.authorize(name)
+            return int(v.strip())
+        except ValueError:
+            pass
+        try:
+            f = float(v)
+        except ValueError:
+            f = 0.5
+        if f.is_integer():  # "5.0"
+            return int(f)
+    raise BadArgument("an integer")
+
+
+_TRUE = {"true", "t", "yes", "y", "on", "1"}
+_FALSE = {"false", "f", "no", "n", "off", "0"}
+
+
+def _as_bool(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+        return v.strip().lower() in _TRUE
+    raise BadArgument("true or false")
+
+
+def _as_str_or_int(v):
+    if isinstance(v, (str, int)):
+        return int(v) if isinstance(v, bool) else v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    raise BadArgument("a string or an integer")
+
+
+_COERCE = {str: _as_str, int: _as_int, bool: _as_bool, str | int: _as_str_or_int}
+
+
+class Params:
+    """One tool's parameters, checked as the published input schema says (and as
+    leniently as pydantic's lax mode: "5" for an integer, "false" for a boolean),
+    with the checks worked out once: building a pydantic model per call cost more
+    than some core calls. Unknown arguments are ignored, as before."""
+
+    def __init__(self, fn):
+        hints = typing.get_type_hints(fn)
+        self.params = []  # (name, coerce, required, default)
+        for name, p in inspect.signature(fn).parameters.items():
+            if name == "self":  # the unbound method (tests)
+                continue
+            coerce = _COERCE[hints[name]]  # a new parameter type needs a checker here
+            required = p.default is inspect.Parameter.empty
+            self.params.append((name, coerce, required, None if required else p.default))
+        self.names = [p[0] for p in self.params]
+
+    def check(self, arguments) -> dict:
+        """The keyword arguments for the tool body; BadArgument names what is wrong."""
+        kw = {}
+        for name, coerce, required, default in self.params:
+            if name not in arguments:
+                if required:
+                    raise BadArgument(f"missing required argument {name!r}")
+                kw[name] = default
+                continue
+            v = arguments[name]
+            try:
+                kw[name] = coerce(v)
+            except BadArgument as e:
+                raise BadArgument(f"argument {name!r} must be {e}, not "
+                                  f"{json.dumps(v, ensure_ascii=False)[:80]}") from None
+        return kw
+
+
+def _error(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _complete(ctx, result: dict) -> dict:
+    """A wire result; protocol 2026-07-28 requires its resultType."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        result["resultType"] = "complete"
+    return result
+
+
+class ToolCalls:
+    """tools/call on the SDK's lowlevel handler: the name looked up, the arguments
+    checked (Params), the body run on the event loop (a core call is a few ms of
+    blocking git writes: a worker thread would add a hop per call), the result sent
+    as structured content plus its compact JSON text (the SDK's text is indented
+    and lands in the agent's context). A refusal is a tool error naming the rule
+    and the next call. Results are the TypedDicts of mcp_tools.py: what
+    outputSchema says, which tests check against every tool's schema."""
+
+    def __init__(self, box: ToolBox, names):
+        self.box = box
+        self.tools = {name: (getattr(box, name), Params(getattr(box, name))) for name in names}
+
+    async def __call__(self, ctx, params: CallToolRequestParams) -> dict:
+        return _complete(ctx, self.call(params.name, params.arguments or {}))
+
+    def call(self, name: str, arguments: dict) -> dict:
+        entry = self.tools.get(name)
+        if entry is None:
+            return _error(f"Unknown tool: {name}")
+        fn, checks = entry
+        try:
+            kw = checks.check(arguments)
+        except BadArgument as e:
+            return _error(f"Error executing tool {name}: {e}\nNext: call {name} with "
+                          f"the parameters of its input schema ({', '.join(checks.names)})")
+        try:
+            self.box.authorize(name)
             result = fn(**kw)
         except GitdropError as e:
-            raise ToolError(mcp_tools.render_error(e)) from None
+            return _error(f"Error executing tool {name}: {mcp_tools.render_error(e)}")
+        except Exception:
+            logger.exception("Tool %r raised an unexpected exception", name)
+            return _error(f"Error executing tool {name}")
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-        return CallToolResult(content=[TextContent(type="text", text=text)],
-                              structured_content=result)  # checked by the SDK against the type
-    return call
+        return {"content": [{"type": "text", "text": text}], "structuredContent": result}
 
 
 def _resource(fn):
@@ -290,9 +424,10 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     server = GitdropServer("gitdrop", instructions=_instructions(box),
                            version=_version(), subscriptions=bus, log_level="WARNING",
                            middleware=[_identify(box, push)])
-    for name in mcp_tools.tools_for(tools):
+    names = mcp_tools.tools_for(tools)
+    for name in names:
         fn = getattr(box, name)
-        server.add_tool(_tool(box, name, fn), name=name, description=_describe(fn),
+        server.add_tool(_schema_only(fn), name=name, description=_describe(fn),
                         annotations=ToolAnnotations(read_only_hint=True)
                         if name in mcp_tools.READ_ONLY else None)
 
@@ -322,7 +457,8 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
         return box.room_resource()
 
     # Legacy (2025-11-25) clients subscribe per resource; modern ones listen.
-    low = server._lowlevel_server  # the SDK offers no public seam for these two
+    low = server._lowlevel_server  # the SDK offers no public seam for these three
+    low.add_request_handler("tools/call", CallToolRequestParams, ToolCalls(box, names))
     low.add_request_handler("resources/subscribe", SubscribeRequestParams, push.on_subscribe)
     low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams,
                             push.on_unsubscribe)

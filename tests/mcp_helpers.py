@@ -1,16 +1,22 @@
 """Helpers for the MCP tests: real servers (subprocesses) and real SDK clients."""
 
 import contextlib
+import functools
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import typing
 
 import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import TypeAdapter
+
+from gitdrop.mcp_tools import ToolBox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +62,19 @@ class Refused(AssertionError):
     pass
 
 
+@functools.cache
+def result_type(tool: str) -> TypeAdapter:
+    return TypeAdapter(typing.get_type_hints(getattr(ToolBox, tool))["return"])
+
+
+def check_result(tool: str, structured: dict, text: str) -> None:
+    """A result is its tool's TypedDict to the last field (strictly: no "1" for 1;
+    the server sends it unchecked, the client checks the outline in outputSchema),
+    and its text copy is the same JSON."""
+    result_type(tool).validate_python(structured, strict=True)
+    assert json.loads(text) == structured, f"{tool}: the text and structured results differ"
+
+
 class Agent:
     """One agent's MCP session: calls that must succeed, calls that must be refused."""
 
@@ -76,6 +95,7 @@ class Agent:
         if r.is_error:
             raise AssertionError(f"{self.name}: {tool}({args}) failed: {r.content[0].text}")
         assert r.structured_content is not None, f"{tool} returned no structured content"
+        check_result(tool, r.structured_content, r.content[0].text)
         return r.structured_content
 
     async def refused(self, tool: str, rule: str, **args) -> str:

@@ -243,3 +243,5 @@ async def test_profiles_and_stdio_binding(hub):
         assert "call register" in text
         await juno.ok("register", role="lead")
         assert (await juno.ok("send", to_agent="all", message="hi"))["to"] == ["all"]
+        r = await juno.call("check_inbox", limit="lots")  # a bad argument: a tool error
+        assert r.is_error and "'limit' must be an integer" in r.content[0].text

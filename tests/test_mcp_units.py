@@ -126,3 +126,53 @@ def test_client_templates_parse_and_name_the_server():
         for tool in ("ack_handshake", "submit_for_review", "approve_task", "initiate_handshake"):
             if tool in text:
                 assert tool in mcp_tools.TOOLS
+
+
+def call_tool(hub_path, agent, name, arguments):
+    """tools/call's handler without a transport: what goes on the wire as the result."""
+    server, box, _push = build(hub_path, "lobby", agent, "stdio", "all")
+    handler = server._lowlevel_server.get_request_handler("tools/call").handler
+    return handler.call(name, arguments)
+
+
+def test_arguments_are_checked_as_the_input_schema_says(hub):
+    from gitdrop.mcp_server import BadArgument, Params
+    send = Params(mcp_tools.ToolBox.send)
+    kw = send.check({"to_agent": "kilo", "message": "hi", "task_id": 3, "bogus": 1})
+    assert kw == {"to_agent": "kilo", "message": "hi", "from_agent": "", "cc": "",
+                  "task_id": 3, "reply_to": "", "key": ""}  # defaults filled, unknown ignored
+    inbox = Params(mcp_tools.ToolBox.check_inbox)
+    for given, want in (("5", 5), (" 7 ", 7), (5.0, 5), ("5.0", 5), (True, 1)):
+        assert inbox.check({"limit": given})["limit"] == want, given  # as lax as pydantic
+    pin = Params(mcp_tools.ToolBox.pin_room)
+    for given, want in (("false", False), ("no", False), (0, False), ("On", True), (True, True)):
+        assert pin.check({"pinned": given})["pinned"] is want, given
+    for params, args, words in (
+            (send, {"message": "hi"}, "missing required argument 'to_agent'"),
+            (send, {"to_agent": 5, "message": "hi"}, "'to_agent' must be a string, not 5"),
+            (send, {"to_agent": "a", "message": "b", "task_id": None}, "a string or an integer"),
+            (inbox, {"limit": "lots"}, "'limit' must be an integer, not \"lots\""),
+            (inbox, {"limit": 5.5}, "an integer"), (inbox, {"limit": [1]}, "an integer"),
+            (pin, {"pinned": 2}, "true or false"), (pin, {"pinned": "maybe"}, "true or false")):
+        with pytest.raises(BadArgument, match=words.replace("(", r"\(")):
+            params.check(args)
+
+
+def test_bad_arguments_and_refusals_come_back_as_tool_errors(hub):
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    r = call_tool(hub.path, "core/juno", "check_inbox", {"limit": "lots"})
+    text = r["content"][0]["text"]
+    assert r["isError"] is True and "structuredContent" not in r
+    assert "'limit' must be an integer" in text and "Next: call check_inbox with" in text
+    r = call_tool(hub.path, "core/juno", "send", {"message": "hi"})
+    assert r["isError"] and "missing required argument 'to_agent'" in r["content"][0]["text"]
+    r = call_tool(hub.path, "core/juno", "no_such_tool", {})
+    assert r["isError"] and r["content"][0]["text"] == "Unknown tool: no_such_tool"
+    r = call_tool(hub.path, "core/juno", "send", {"to_agent": "nobody", "message": "hi"})
+    assert r["isError"] and "rule unknown-recipient:" in r["content"][0]["text"]
+    assert "Next: call who" in r["content"][0]["text"]
+    r = call_tool(hub.path, "core/juno", "send", {"to_agent": "all", "message": "hi"})
+    assert "isError" not in r and r["structuredContent"]["to"] == ["all"]
+    assert json.loads(r["content"][0]["text"]) == r["structuredContent"]  # compact copy
+    assert " " not in r["content"][0]["text"].replace("core/juno", "")
