@@ -11,7 +11,10 @@ read finds one new message and every send passes the unread check, as in a real
 conversation. The room's loop guard is off (settings loop_cap = 0). Each face is
 measured right after its own core baseline (ratios hold on a noisy machine). The
 "raw" row is a minimal JSON-RPC client over the server's stdin/stdout (what a client
-pays without the Python SDK client's own validation).
+pays without the Python SDK client's own validation). The "floor" row is that same
+client against a process per agent that runs the same tool bodies (mcp_tools.ToolBox)
+with no MCP SDK and no push: the in-process baseline shares one process's caches and
+never sleeps between calls, so only this row says what the SDK server itself adds.
 """
 
 import argparse
@@ -146,8 +149,37 @@ class RawStdio:
         self.p.wait()
 
 
-def raw_stdio(path: str, rounds: int) -> dict:
-    a, b = RawStdio(path, A), RawStdio(path, B)
+def serve_floor(path: str, agent: str) -> None:
+    """The floor server: JSON-RPC lines in, the tool bodies called, results out;
+    nothing else (no SDK, no validation, no push). Run by FloorStdio."""
+    box = mcp_tools.ToolBox(path, "lobby", agent)
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        if "id" not in req:
+            continue
+        result = {}
+        if req["method"] == "tools/call":
+            p = req["params"]
+            data = getattr(box, p["name"])(**p.get("arguments", {}))
+            result = {"content": [{"type": "text", "text": json.dumps(data)}],
+                      "structuredContent": data}
+        out.write(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": result}).encode()
+                  + b"\n")
+        out.flush()
+
+
+class FloorStdio(RawStdio):
+    def __init__(self, path: str, agent: str):
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve-floor",
+                                   path, agent], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  cwd=os.path.dirname(HERE))
+        self.n = 0
+        self.rpc("initialize", {})
+
+
+def raw_stdio(path: str, rounds: int, server=RawStdio) -> dict:
+    a, b = server(path, A), server(path, B)
     try:
         times = {"send": [], "check_inbox": []}
         cpu0 = None
@@ -191,7 +223,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--fsync", choices=["on", "off", "both"], default="both")
+    p.add_argument("--serve-floor", nargs=2, metavar=("HUB", "AGENT"), help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.serve_floor:
+        return serve_floor(*a.serve_floor)
     print(f"command: {COMMAND}")
     print("tools/list size per profile (limits: agent < 8,000, all < 16,000):")
     tools_list_sizes()
@@ -199,7 +234,9 @@ def main() -> None:
         path = make_hub(fsync)
         print(f"\nround trips, hub with gitdrop.fsync={'true' if fsync else 'false'} "
               f"({a.rounds} ping-pong rounds: {2 * a.rounds} calls of each tool):")
-        faces = [("stdio raw JSON-RPC 2025-11-25", lambda: raw_stdio(path, a.rounds))]
+        faces = [("stdio floor: tool bodies, no SDK",
+                  lambda: raw_stdio(path, a.rounds, FloorStdio)),
+                 ("stdio raw JSON-RPC 2025-11-25", lambda: raw_stdio(path, a.rounds))]
         for mode in ("auto", "legacy"):
             proto = "2026-07-28" if mode == "auto" else "2025-11-25"
             faces.append((f"stdio SDK client {proto}",
