@@ -80,6 +80,16 @@ def add_user(path: str, agent: str) -> str:
     return password
 
 
+def copy(stream, out, size: int, short: str) -> None:
+    """Copy exactly `size` bytes; ValueError(short) if the stream ends first."""
+    while size:
+        data = stream.read(min(size, CHUNK))
+        if not data:
+            raise ValueError(short)
+        out.write(data)
+        size -= len(data)
+
+
 def dechunk(stream, out, limit: int = MAX_BODY) -> int:
     """Copy a chunked transfer-encoded body to `out` (wsgiref hands it over raw)."""
     total = 0
@@ -95,12 +105,7 @@ def dechunk(stream, out, limit: int = MAX_BODY) -> int:
         total += size
         if total > limit:
             raise ValueError("request body too large")
-        while size:
-            data = stream.read(min(size, CHUNK))
-            if not data:
-                raise ValueError("truncated chunked body")
-            out.write(data)
-            size -= len(data)
+        copy(stream, out, size, "truncated chunked body")
         stream.readline(8)   # the CRLF after each chunk
 
 
@@ -171,13 +176,7 @@ class GitApp:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         if length > MAX_BODY:
             raise ValueError("request body too large")
-        left = length
-        while left:
-            data = stream.read(min(left, CHUNK))
-            if not data:
-                raise ValueError("truncated body")
-            out.write(data)
-            left -= len(data)
+        copy(stream, out, length, "truncated body")
         return length
 
     def _backend(self, environ, start_response, user, body, length):
