@@ -26,7 +26,7 @@ import time
 import zlib
 
 HEADER = 4096                         # header page; records start here
-DEFAULT_SIZE = 8 << 20
+DEFAULT_SIZE = 4 << 20          # ~7,000 sends a lap
 MAGIC = b"GDWAL\x00\x01\n"
 _HEAD = struct.Struct("<8sQ36sQ")     # magic, lap, boot id, size (durable; crc follows)
 _HINT_AT = 512                        # tail, next seq: hints, rebuilt by a replay
