@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import os
 import struct
+import threading
 import time
 import zlib
 
@@ -171,6 +172,7 @@ def _decode(payload: bytes):
 class Log:
     def __init__(self, git_dir: str):
         self.git_dir = git_dir
+        self._threads = threading.Lock()
         self.fd = os.open(path_for(git_dir), os.O_RDWR)
         self._check_boot()
 
@@ -193,11 +195,13 @@ class Log:
 
     @contextlib.contextmanager
     def _locked(self):
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        # flock excludes other processes only (threads share this descriptor).
+        with self._threads:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def _check_boot(self) -> None:
         if self._head()[1] == boot_id():

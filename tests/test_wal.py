@@ -261,3 +261,34 @@ def test_a_writer_killed_after_logging_keeps_its_record(tmp_path):
     assert h2.store.room_tip("r") == tip
     assert [m["text"] for m in h2.room("r").inbox("t/bob")["messages"]] == ["acknowledged"]
     _fsck(path)
+
+
+def test_threads_of_one_process_append_in_turn(tmp_path):
+    """flock does not exclude threads that share the log's descriptor: a server
+    writing for several agents at once must still get one record after another."""
+    import threading
+    h, r = _hub(tmp_path)
+    log = wal.for_hub(h.store.path)
+    rooms = []
+    for i in range(4):
+        h.create_room("hub/admin", f"t{i}", open_=True, settings={"loop_cap": 0})
+        room = h.room(f"t{i}")
+        room.register("t/ann")
+        room.register("t/bob")
+        rooms.append(room)
+    n = len(log.records()[0])
+    errors = []
+
+    def talk(room):
+        try:
+            for j in range(15):
+                room.send("t/ann", "t/bob", f"{j}")
+        except Exception as e:   # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=talk, args=(room,)) for room in rooms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(log.records()[0]) == n + 60
