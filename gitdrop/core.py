@@ -227,7 +227,9 @@ class Room:
             return {}, msg, {"to": rto, "cc": rcc}
         return self._write(agent, build, key)
 
-    def _events_since(self, view: RoomView, cursor: str, agent: str):
+    def _events_since(self, view: RoomView, cursor: str, agent: str, moving: bool = False):
+        """`moving`: the caller moves the cursor past whatever is found, so a walk
+        that finds something is never asked for again and is not memoized."""
         lead = view.is_lead(agent)
         reader = self.store.reader
         # What concerns the agent between its cursor and a tip T is memoized by
@@ -249,7 +251,7 @@ class Room:
             how = events.concerns(events.event(reader, c), agent, lead)
             if how:
                 found.append(f"{c.oid}:{how}")
-        if memo is not None and len(found) <= 500:
+        if memo is not None and len(found) <= 500 and not (moving and found):
             memo[key] = (view.commit, found)
             getattr(memo, "flush", lambda: None)()
         out = []
@@ -262,10 +264,10 @@ class Room:
 
     def inbox(self, agent: str, limit: int = 20, peek: bool = False) -> dict:
         """Unread messages and notices, oldest first; marks what it returns as read."""
-        agent = self.resolve(agent)
         view = self.view()
+        agent = self.resolve(agent, view)
         me = view.agent(agent)
-        evs = self._events_since(view, me["cursor"], agent)
+        evs = self._events_since(view, me["cursor"], agent, moving=not peek)
         shown = evs[:limit] if limit else evs
         remaining = len(evs) - len(shown)
         result = {"agent": agent, "messages": shown, "remaining": remaining,

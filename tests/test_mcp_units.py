@@ -176,3 +176,22 @@ def test_bad_arguments_and_refusals_come_back_as_tool_errors(hub):
     assert "isError" not in r and r["structuredContent"]["to"] == ["all"]
     assert json.loads(r["content"][0]["text"]) == r["structuredContent"]  # compact copy
     assert " " not in r["content"][0]["text"].replace("core/juno", "")
+
+
+def test_a_read_that_moves_the_cursor_leaves_no_walk_behind(hub):
+    """The walk memo keeps what a walk from a cursor found, for a cursor that stays
+    (a peek, or nothing new); a read moves the cursor past what it found, so its walk
+    would never be asked for again (and every such entry is rewritten on each flush)."""
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/kilo", [])
+    memo = lobby.store.reader.walks
+    inbox_keys = lambda: {k for k in memo if k[0] == "inbox" and k[1] == "core/kilo"}  # noqa: E731
+    lobby.send("core/juno", "kilo", "hi")
+    assert [m["text"] for m in lobby.inbox("core/kilo")["messages"]] == ["hi"]
+    assert inbox_keys() == set()  # the read moved the cursor past its walk
+    assert lobby.inbox("core/kilo")["messages"] == []
+    (stays,) = inbox_keys()  # nothing new: the cursor stays, the walk is kept
+    lobby.send("core/juno", "kilo", "again")
+    assert [m["text"] for m in lobby.inbox("core/kilo", peek=True)["messages"]] == ["again"]
+    assert inbox_keys() == {stays} and memo[stays][1]  # a peek leaves the cursor too
