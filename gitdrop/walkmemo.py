@@ -15,8 +15,10 @@ format is tab-separated text (no json: the pre-receive hook reads it too).
 
 import os
 import time
+import zlib
 
-MAX_KEEP = 2000
+MAX_KEEP = 2000          # entries kept when the file is compacted
+COMPACT_AT = 4 * MAX_KEEP  # lines in the file that trigger a compaction
 
 
 def path_for(git_dir: str) -> str:
@@ -24,41 +26,65 @@ def path_for(git_dir: str) -> str:
 
 
 class WalkMemo(dict):
-    """A dict of walk results that loads from and flushes to one file."""
+    """A dict of walk results that loads from and flushes to one file.
+
+    Flushing appends what changed since the last flush (one write, O_APPEND, so
+    processes' lines do not interleave); a later line for a key wins on loading.
+    Only when the file has grown to COMPACT_AT lines is it rewritten with the
+    newest MAX_KEEP entries: a long-lived server pays for what it adds, not for
+    the whole file every time."""
 
     def __init__(self, path: str = ""):
         super().__init__()
         self.path = path
         self.dirty = False
         self._flushed = 0.0
+        self._new: dict = {}
+        self._lines = 0
         if path:
-            self.update(_load(path))
+            loaded, self._lines = _load(path)
+            self.update(loaded)   # dict.update: loaded entries are not new
 
     def __setitem__(self, key, value):
         super().__setitem__(key, value)
+        self._new[key] = value
         self.dirty = True
 
     def flush(self, every: float = 0.5) -> None:
-        """Write the file if something changed (at most every `every` seconds)."""
+        """Write what changed (at most every `every` seconds)."""
         if not self.path or not self.dirty or time.monotonic() - self._flushed < every:
             return
         self._flushed = time.monotonic()
         self.dirty = False
+        new, self._new = self._new, {}
         try:
-            merged = _load(self.path)
-            try:
-                merged.update(self.copy())
-            except RuntimeError:  # another thread changed it meanwhile: next time
-                self.dirty = True
-                return
-            items = list(merged.items())[-MAX_KEEP:]
+            text = "".join(_line(k, v) for k, v in list(new.items()))
+        except RuntimeError:  # another thread changed it meanwhile: next time
+            self._new.update(new)
+            self.dirty = True
+            return
+        try:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(_line(k, v) for k, v in items)
-            os.replace(tmp, self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, text.encode())
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            self._lines += len(new)
+            if self._lines >= COMPACT_AT or size > COMPACT_AT * 200:
+                self._compact()
         except OSError:
             pass  # a cache: never worth failing a write for
+
+    def _compact(self) -> None:
+        merged, _ = _load(self.path)
+        items = list(merged.items())[-MAX_KEEP:]
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(_line(k, v) for k, v in items)
+        os.replace(tmp, self.path)   # lines another process appends meanwhile are lost: a cache
+        self._lines = len(items)
 
 
 # One entry per line: the key's fields, "|", the value's fields. Values are
@@ -93,20 +119,30 @@ def _dec(s: str):
 
 
 def _line(key, value) -> str:
-    return "\t".join([_enc(k) for k in key] + ["|"] + [_enc(v) for v in value]) + "\n"
+    body = "\t".join([_enc(k) for k in key] + ["|"] + [_enc(v) for v in value])
+    return f"{body}\t#{zlib.crc32(body.encode()):08x}\n"
 
 
-def _load(path: str) -> dict:
-    out = {}
+def _load(path: str) -> tuple[dict, int]:
+    """The entries (a later line for a key wins) and the number of lines."""
+    out, lines = {}, 0
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:
-                fields = line.rstrip("\n").split("\t")
+                lines += 1
+                body, _, crc = line.rstrip("\n").rpartition("\t#")
+                # A line cut short by a crash runs into the next one appended:
+                # the checksum tells, and such a line is skipped.
+                if crc != f"{zlib.crc32(body.encode()):08x}":
+                    continue
+                fields = body.split("\t")
                 try:
                     bar = fields.index("|")
-                    out[tuple(_dec(x) for x in fields[:bar])] = [_dec(x) for x in fields[bar + 1:]]
+                    key = tuple(_dec(x) for x in fields[:bar])
+                    out.pop(key, None)   # keep the order of the last write
+                    out[key] = [_dec(x) for x in fields[bar + 1:]]
                 except ValueError:
-                    continue  # a line from another version, or damaged: skip it
+                    continue  # a line from another version, damaged, or half-written
     except (OSError, UnicodeDecodeError):
         pass
-    return out
+    return out, lines

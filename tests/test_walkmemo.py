@@ -1,0 +1,54 @@
+"""The walk memo file: flushes append what changed, a later line wins, a line a
+crash cut short is skipped, and the file is compacted once it has grown."""
+
+import os
+
+from gitdrop import walkmemo
+
+
+def test_appends_later_wins_and_compacts(tmp_path, monkeypatch):
+    path = str(tmp_path / "walks")
+    a, b = walkmemo.WalkMemo(path), walkmemo.WalkMemo(path)
+    a[("x", "c1", False)] = ["t1", True, 0, None, []]
+    a.flush(every=0)
+    size = os.path.getsize(path)
+    b[("x", "c1", False)] = ["t2", True, 2, 5, [7, 8]]
+    b[("inbox", "y", "c2", True)] = ["t3", ["oid:to"]]
+    b.flush(every=0)
+    assert os.path.getsize(path) > size                  # appended, not rewritten
+    got = walkmemo.WalkMemo(path)
+    assert got[("x", "c1", False)] == ["t2", True, 2, 5, [7, 8]]
+    assert got[("inbox", "y", "c2", True)] == ["t3", ["oid:to"]]
+    assert not got.dirty and not got._new                # loaded entries are not new
+
+    monkeypatch.setattr(walkmemo, "MAX_KEEP", 5)
+    monkeypatch.setattr(walkmemo, "COMPACT_AT", 20)
+    m = walkmemo.WalkMemo(path)
+    for i in range(30):
+        m[("k", str(i), False)] = [str(i), True, 0, None, []]
+        m.flush(every=0)
+    with open(path) as f:
+        lines = f.readlines()
+    assert len(lines) < 20
+    assert walkmemo.WalkMemo(path)[("k", "29", False)] == ["29", True, 0, None, []]
+
+
+def test_a_line_cut_short_is_skipped(tmp_path):
+    path = str(tmp_path / "walks")
+    m = walkmemo.WalkMemo(path)
+    m[("x", "c1", False)] = ["t1", True, 3, None, []]
+    m.flush(every=0)
+    with open(path, "r+") as f:
+        text = f.read()
+        f.seek(0)
+        f.truncate()
+        f.write(text[:-12])                              # the crash cut it short
+    m2 = walkmemo.WalkMemo(path)
+    m2[("x", "c2", False)] = ["t2", True, 0, None, []]
+    m2.flush(every=0)                                    # runs on from the cut line
+    got = walkmemo.WalkMemo(path)
+    assert ("x", "c1", False) not in got
+    assert ("x", "c2", False) not in got                 # merged into the cut line
+    m2[("x", "c3", False)] = ["t3", True, 0, None, []]
+    m2.flush(every=0)
+    assert walkmemo.WalkMemo(path)[("x", "c3", False)] == ["t3", True, 0, None, []]
