@@ -16,10 +16,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-import pygit2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import pygit2  # noqa: E402
 
 from gitdrop import fmt, hub as hubmod, model
 from gitdrop.store import signature
@@ -72,7 +73,7 @@ def main() -> None:
 
     py = sys.executable
     gitdrop = os.path.join(os.path.dirname(py), "gitdrop")
-    tmp = tempfile.mkdtemp(prefix="gitdrop-bench-")
+    tmp = common.workdir("cli-")
     try:
         path = os.path.join(tmp, "hub.git")
         t = time.perf_counter()

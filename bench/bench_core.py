@@ -19,7 +19,6 @@ import os
 import random
 import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -139,12 +138,13 @@ def anatomy(path: str, size: int, fsync: bool, n: int = 200) -> None:
         t.time("rules.check (incl. unread walk)", rules.check, view, c, [],
                rules.Ctx(store.reader, now))
         sig = signature(agent, now)
-        if store.method == "wal":  # as Store.write does it with the write-ahead log
+        if store.method != "fsync":  # as Store.write does it: gitdrop's own writer
             from gitdrop import durable
-            w = durable.Writer(store.path, "wal")
+            w = durable.Writer(store.path, store.method)
             oid = t.time("write commit object", w.commit, tc.tree, [tip], sig.name, sig.email,
                          now, msg)
-            ok = t.time("move ref (CAS, log + fdatasync)", store._cas, ref, tip, oid, "send", w)
+            ok = t.time("move ref (CAS" + (", log + fdatasync)" if store.method == "wal" else ")"),
+                        store._cas, ref, tip, oid, "send", w)
         else:
             oid = t.time("write commit object", store.repo.create_commit, None, sig, sig, msg,
                          pygit2.Oid(hex=tc.tree), [pygit2.Oid(hex=tip)])
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                     help="re-validate each built room from its first commit (slow for 100k)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
-    work = a.dir or tempfile.mkdtemp(prefix="gitdrop-bench-")
+    work = a.dir or common.workdir("core-")
     os.makedirs(work, exist_ok=True)
     common.header("gitdrop core: send, inbox, task move vs SQLite", work)
     print("room settings: loop_cap = 0 (the default loop guard, 60 messages per 60 s, "

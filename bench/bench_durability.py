@@ -103,7 +103,7 @@ def main(argv=None) -> int:
                     "(default: the system temp dir)")
     ap.add_argument("-n", type=int, default=200, help="operations per method and kind")
     a = ap.parse_args(argv)
-    dirs = [d for d in a.dirs.split(",") if d] or [tempfile.gettempdir()]
+    dirs = [d for d in a.dirs.split(",") if d] or [common.workdir("durability-")]
     common.header("gitdrop durability: cost per operation by write method", dirs[0])
     for base in dirs:
         work = tempfile.mkdtemp(prefix="gitdrop-bench-dur-", dir=base)

@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default="")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args(argv)
-    work = a.dir or tempfile.mkdtemp(prefix="gitdrop-bench-hook-")
+    work = a.dir or common.workdir("hook-")
     os.makedirs(work, exist_ok=True)
     common.header("gitdrop hook: git push of one task file, with and without the hook", work)
     try:

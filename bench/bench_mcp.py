@@ -21,10 +21,10 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import anyio
@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
+import common  # noqa: E402
 from gitdrop import hub as hubmod, mcp_tools, tokens  # noqa: E402
 from mcp_helpers import http_agent, http_server, stdio_agent, together  # noqa: E402
 
@@ -40,8 +41,12 @@ COMMAND = "python " + " ".join(shlex.quote(a) for a in sys.argv)
 A, B = "core/ada", "core/bob"
 
 
+MADE: list[str] = []   # work directories, removed at the end
+
+
 def make_hub(fsync: bool) -> str:
-    path = os.path.join(tempfile.mkdtemp(prefix="gitdrop-bench-"), "hub.git")
+    MADE.append(common.workdir("mcp-"))
+    path = os.path.join(MADE[-1], "hub.git")
     h = hubmod.init(path, room="", fsync=fsync)
     h.create_room("hub/admin", "lobby", settings={"loop_cap": 0})
     r = h.room("lobby")
@@ -109,6 +114,26 @@ async def over_http(url: str, path: str, mode: str, rounds: int) -> dict:
     async with http_agent(url, A, mode, token=ta) as a, http_agent(url, B, mode, token=tb) as b:
         await ping_pong(a, b, 5)
         return await ping_pong(a, b, rounds)
+
+
+NODE_DIR = os.path.join(os.path.dirname(HERE), "tests", "node")
+
+
+def node_stdio(path: str, rounds: int) -> dict:
+    """The official TypeScript SDK client (what most agent clients are built on),
+    over stdio: tests/node/client.mjs in its ping-pong mode."""
+    p = subprocess.run(["node", os.path.join(NODE_DIR, "client.mjs"), "pingpong",
+                        sys.executable, path, str(rounds)], capture_output=True, text=True,
+                       cwd=os.path.dirname(HERE), timeout=600)
+    if p.returncode:
+        raise RuntimeError(f"node client failed: {p.stderr[-800:]}")
+    got = json.loads(p.stdout)
+    return {k: [ms / 1e3 for ms in got[k]] for k in ("send", "check_inbox")}
+
+
+def have_node() -> bool:
+    return shutil.which("node") is not None and os.path.isdir(
+        os.path.join(NODE_DIR, "node_modules", "@modelcontextprotocol"))
 
 
 class RawStdio:
@@ -241,6 +266,11 @@ def main() -> None:
             proto = "2026-07-28" if mode == "auto" else "2025-11-25"
             faces.append((f"stdio SDK client {proto}",
                           lambda m=mode: anyio.run(over_stdio, path, m, a.rounds)))
+        if have_node():
+            faces.append(("stdio TypeScript SDK client", lambda: node_stdio(path, a.rounds)))
+        else:
+            print("  (no node or tests/node/node_modules: the TypeScript SDK row is skipped; "
+                  "`npm ci --prefix tests/node` installs it)")
         with http_server(path, tools="agent") as url:
             for mode in ("auto", "legacy"):
                 proto = "2026-07-28" if mode == "auto" else "2025-11-25"
@@ -251,6 +281,8 @@ def main() -> None:
                 report("core in-process", base)
                 report(label, run(), base)
     print("\nreference system: send 8.3 ms over stdio; target here: median under 3 ms over stdio")
+    for d in MADE:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

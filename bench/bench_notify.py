@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 from gitdrop import hub as hubmod
 from gitdrop.store import Store
 
@@ -200,7 +202,7 @@ def run():
                     help="durable ref updates (the default of a real hub); their fsyncs then "
                          "dominate the numbers, which are about the notifier")
     a = ap.parse_args()
-    base = tempfile.mkdtemp(prefix="gitdrop-bench-notify-", dir=a.dir or None)
+    base = tempfile.mkdtemp(prefix="notify-", dir=a.dir) if a.dir else common.workdir("notify-")
     path = os.path.join(base, "hub.git")
     h = hubmod.init(path, fsync=a.fsync)
     h.create_room("hub/admin", "bench", open_=True, settings={"loop_cap": 0})

@@ -15,7 +15,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -56,7 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", type=int, default=20)
     ap.add_argument("--no-ssh", action="store_true")
     a = ap.parse_args(argv)
-    work = tempfile.mkdtemp(prefix="gitdrop-bench-transports-")
+    work = common.workdir("transports-")
     common.header("gitdrop remote hubs: a send and an inbox read per transport", work)
     kinds = [served.Daemon, served.Http] + ([] if a.no_ssh else [served.Ssh])
     t = Timer()

@@ -26,6 +26,21 @@ TALKERS = [f"filler/talker{i}" for i in range(4)]
 SINKS = [f"filler/sink{i}" for i in range(4)]
 
 
+# --- where ------------------------------------------------------------------------
+
+BENCH_HOME = os.path.join(os.path.expanduser("~"), ".cache", "gitdrop-bench")
+
+
+def workdir(prefix: str) -> str:
+    """A fresh directory under ~/.cache/gitdrop-bench: the filesystem of the
+    default hub (~/.gitdrop), not /tmp, which is tmpfs on many systems (no
+    durability to measure) and, crowded, made every file creation here 20-40x
+    slower (about 1 ms each) while SQLite, which creates no files, was unmoved."""
+    import tempfile
+    os.makedirs(BENCH_HOME, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=BENCH_HOME)
+
+
 # --- numbers --------------------------------------------------------------------
 
 def percentile(xs, q: float) -> float:

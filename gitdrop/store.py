@@ -125,7 +125,8 @@ class Store(BaseStore):
 
     # --- what the write loop needs (basestore.BaseStore) -------------------------
     def _writer(self):
-        return durable.Writer(self.path, "wal") if self.method == "wal" else None
+        # gitdrop's own writer, but for libgit2's fsync of every file (method fsync)
+        return None if self.method == "fsync" else durable.Writer(self.path, self.method)
 
     def _entries(self, tree: str) -> dict:
         return {e.name: (e.name, e.filemode, str(e.id)) for e in self.repo[tree]}
@@ -157,7 +158,7 @@ class Store(BaseStore):
                                            [pygit2.Oid(hex=p) for p in parents]))
 
     def _cas(self, ref: str, expected: str, new, why: str, w=None) -> bool:
-        if w is not None:  # the log: gitdrop's own lock-file CAS
+        if w is not None:  # gitdrop's own lock-file CAS
             return w.move_ref(ref, expected, str(new))
         try:
             if not expected:

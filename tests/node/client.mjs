@@ -2,6 +2,8 @@
 // register, send and check_inbox, over stdio or streamable HTTP.
 //   node client.mjs stdio PYTHON HUB     (spawns python -m gitdrop.mcp_server HUB lobby --as ...)
 //   node client.mjs http URL
+//   node client.mjs pingpong PYTHON HUB ROUNDS   (bench/bench_mcp.py: two registered
+//     agents core/ada and core/bob take turns; prints each call's milliseconds)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -35,7 +37,29 @@ function http(token) {
 }
 
 const out = {};
-if (mode === "stdio") {
+if (mode === "pingpong") {
+  const a = await connect(stdio("core/ada"));
+  const b = await connect(stdio("core/bob"));
+  out.send = [];
+  out.check_inbox = [];
+  const rounds = Number(process.argv[5]);
+  for (let i = 0; i < rounds + 5; i++) {
+    for (const [me, other, name] of [[a, b, "core/bob"], [b, a, "core/ada"]]) {
+      const t0 = performance.now();
+      await call(me, "send", { to_agent: name, message: `ping ${i}` });
+      const t1 = performance.now();
+      const got = await call(other, "check_inbox", {});
+      const t2 = performance.now();
+      if (got.messages.length !== 1) throw new Error(`expected one message, got ${got.messages.length}`);
+      if (i >= 5) {  // the first five rounds warm up
+        out.send.push(t1 - t0);
+        out.check_inbox.push(t2 - t1);
+      }
+    }
+  }
+  await a.close();
+  await b.close();
+} else if (mode === "stdio") {
   // two agents, one server process each (--as binds the process)
   const a = await connect(stdio("node/ada"));
   const b = await connect(stdio("node/bob"));
