@@ -219,7 +219,7 @@ def run():
     print(f"# hub {path}; {os.cpu_count()} CPUs; git {gitv}")
 
     mod = [PY, "-m", "gitdrop.notifier"]
-    common = ["--hub", path, "--room", "bench", "--as", "spartan"]
+    who = ["--hub", path, "--room", "bench", "--as", "spartan"]
 
     floor_p = Proc([PY, "-c", FLOOR, path], "ready")
     stream_latency(floor_p, room, 20)  # warm up
@@ -227,17 +227,17 @@ def run():
                    f"rename>' {path}", stream_latency(floor_p, room, a.sends))
     floor_p.stop()
 
-    watch = Proc(mod + ["watch"] + common, "streaming events")
+    watch = Proc(mod + ["watch"] + who, "streaming events")
     stream_latency(watch, room, 20)
     room.inbox("spartan", limit=0)
-    report("gitdrop watch (stream line)", "python -m gitdrop.notifier watch " + " ".join(common),
+    report("gitdrop watch (stream line)", "python -m gitdrop.notifier watch " + " ".join(who),
            stream_latency(watch, room, a.sends), floor)
     watch.stop()
 
     lat = []
     for i in range(a.rounds):
         room.inbox("spartan", limit=0)
-        w = Proc(mod + ["wait"] + common + ["--timeout", "30"], "waiting for")
+        w = Proc(mod + ["wait"] + who + ["--timeout", "30"], "waiting for")
         time.sleep(a.settle)  # a waiter waits: let its start-up finish first
         LANDED.clear()
         room.send("core/juno", "spartan", f"wake {i}")
@@ -248,7 +248,7 @@ def run():
         w.p.wait(10)
         assert w.p.returncode == 0, w.p.returncode
     report("gitdrop wait (alert line)",
-           f"python -m gitdrop.notifier wait {' '.join(common)} --timeout 30  "
+           f"python -m gitdrop.notifier wait {' '.join(who)} --timeout 30  "
            f"(one process per round, send {a.settle:g} s after it is ready)", lat, floor)
 
     print(f"(the new tip becomes visible somewhere inside the ref update (lock file, rename"
@@ -256,10 +256,10 @@ def run():
           f"{pct(CAS_MS, 99):.2f} ms: the two countings bound the latency from both sides)")
     room.inbox("spartan", limit=0)
     print(f"idle CPU over ~{a.idle:g} s (utime+stime+children, /proc/<pid>/stat):")
-    cmd = mod + ["wait"] + common + ["--timeout", "600"]
+    cmd = mod + ["wait"] + who + ["--timeout", "600"]
     local = idle_cpu(cmd, "waiting for", a.idle)
     show_idle("gitdrop wait, local (inotify)", local,
-              f"python -m gitdrop.notifier wait {' '.join(common)} --timeout 600")
+              f"python -m gitdrop.notifier wait {' '.join(who)} --timeout 600")
     cache = os.path.join(base, "cache")
     os.environ["GITDROP_CACHE"] = cache
     rcmd = mod + ["wait", "--hub", "file://" + path, "--room", "bench", "--as", "spartan",
