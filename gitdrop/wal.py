@@ -17,12 +17,10 @@ When the log is full, `syncfs` makes everything it names durable in git's own
 form, and the log starts a new lap from the top. See docs/DURABILITY.md.
 """
 
-import contextlib
+import _thread
 import fcntl
-import hashlib
 import os
 import struct
-import threading
 import time
 import zlib
 
@@ -169,10 +167,60 @@ def _decode(payload: bytes):
     return updates, objects
 
 
+class _Append:
+    """The context of one logged write (a class, not contextlib: the hook imports
+    this module, and contextlib costs it 5 ms)."""
+
+    def __init__(self, log: "Log", payload: bytes):
+        self.log, self.payload = log, payload
+
+    def _record(self, lap: int, seq: int) -> bytes:
+        p = self.payload
+        return _REC.pack(REC_MAGIC, lap, seq, len(p),
+                         zlib.crc32(struct.pack("<QQ", lap, seq) + p)) + p
+
+    def __enter__(self):
+        log = self.log
+        log._lock()
+        try:
+            lap, _, size = log._head()
+            tail, seq = _HINT.unpack(os.pread(log.fd, _HINT.size, _HINT_AT))
+            rec = self._record(lap, seq)
+            if HEADER + len(rec) > size:
+                raise TooBig(f"{len(rec)} bytes")
+            if tail < HEADER or tail + len(rec) > size:
+                _syncfs(log.fd)
+                lap += 1
+                log._new_lap(lap, seq)
+                tail = HEADER
+                rec = self._record(lap, seq)
+            os.pwrite(log.fd, rec, tail)
+            os.fdatasync(log.fd)
+            # Past this record before the ref moves: a writer killed in between must
+            # not have its record (and the objects a later commit builds on) overwritten.
+            os.pwrite(log.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
+        except BaseException:
+            log._unlock()
+            raise
+        self.tail, self.seq = tail, seq
+        return self
+
+    def __exit__(self, kind, value, tb):
+        log = self.log
+        try:
+            if kind is not None:
+                os.pwrite(log.fd, b"\0" * _REC.size, self.tail)
+                os.fdatasync(log.fd)
+                os.pwrite(log.fd, _HINT.pack(self.tail, self.seq), _HINT_AT)
+        finally:
+            log._unlock()
+        return False
+
+
 class Log:
     def __init__(self, git_dir: str):
         self.git_dir = git_dir
-        self._threads = threading.Lock()
+        self._threads = _thread.allocate_lock()
         self.fd = os.open(path_for(git_dir), os.O_RDWR)
         self._check_boot()
 
@@ -193,56 +241,38 @@ class Log:
         os.fdatasync(self.fd)
         os.pwrite(self.fd, _HINT.pack(HEADER, seq), _HINT_AT)
 
-    @contextlib.contextmanager
-    def _locked(self):
+    def _lock(self) -> None:
         # flock excludes other processes only (threads share this descriptor).
-        with self._threads:
+        self._threads.acquire()
+        try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
+        except BaseException:
+            self._threads.release()
+            raise
+
+    def _unlock(self) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
 
     def _check_boot(self) -> None:
         if self._head()[1] == boot_id():
             return
-        with self._locked():
+        self._lock()
+        try:
             if self._head()[1] != boot_id():
                 self.replay()
+        finally:
+            self._unlock()
 
     # --- writing ------------------------------------------------------------------
-    @contextlib.contextmanager
-    def append(self, updates, objects=()):
-        """Log one write, durably; the body moves the refs while the log is held,
-        so a new lap (which only syncs what came before) never outruns a rename.
-        If the body fails, the record is taken back."""
-        payload = _encode(updates, list(objects))
-        with self._locked():
-            lap, _, size = self._head()
-            tail, seq = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))
-            rec = _REC.pack(REC_MAGIC, lap, seq, len(payload),
-                            zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
-            if HEADER + len(rec) > size:
-                raise TooBig(f"{len(rec)} bytes")
-            if tail < HEADER or tail + len(rec) > size:
-                _syncfs(self.fd)
-                lap += 1
-                self._new_lap(lap, seq)
-                tail = HEADER
-                rec = _REC.pack(REC_MAGIC, lap, seq, len(payload),
-                                zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
-            os.pwrite(self.fd, rec, tail)
-            os.fdatasync(self.fd)
-            # Past this record before the ref moves: a writer killed in between must
-            # not have its record (and the objects a later commit builds on) overwritten.
-            os.pwrite(self.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
-            try:
-                yield
-            except BaseException:
-                os.pwrite(self.fd, b"\0" * _REC.size, tail)
-                os.fdatasync(self.fd)
-                os.pwrite(self.fd, _HINT.pack(tail, seq), _HINT_AT)
-                raise
+    def append(self, updates, objects=()) -> "_Append":
+        """`with log.append(updates, objects):` logs one write, durably, on entry;
+        the body moves the refs while the log is held, so a new lap (which only
+        syncs what came before) never outruns a rename. If the body fails, the
+        record is taken back."""
+        return _Append(self, _encode(updates, list(objects)))
 
     # --- after a crash --------------------------------------------------------------
     def records(self):
@@ -324,6 +354,7 @@ def _intact(path: str, oid: str) -> bool:
             raw = zlib.decompress(f.read())
     except (OSError, zlib.error):
         return False
+    import hashlib   # replay only: the hook imports this module, and hashlib costs 5 ms
     return hashlib.sha1(raw).hexdigest() == oid
 
 

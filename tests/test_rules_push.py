@@ -335,3 +335,20 @@ def test_a_late_claim_by_push_is_told_who_won(hub, team, clone):
     c.commit(fmt.format_message("kai claims", "", [("op", "task-claim"), ("task", t["id"])]))
     err = attempt(hub, c, "task-state-machine")
     assert "already claimed by core/spartan" in err
+
+
+def test_the_hook_imports_stay_light():
+    """The hook starts on every push: it must not pay for pygit2 (FACTS: ~100 ms),
+    nor for modules only a crash replay needs (hashlib: OpenSSL) or contextlib."""
+    import subprocess
+    import sys
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", "import gitdrop.hook"],
+                       capture_output=True, text=True, cwd=root)   # -S: as the hook runs
+    assert p.returncode == 0, p.stderr
+    mods = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
+    assert "gitdrop.wal" in mods
+    heavy = {m for m in mods if m.split(".")[0] in ("pygit2", "hashlib", "_hashlib",
+                                                    "contextlib", "threading", "json")}
+    assert not heavy, sorted(heavy)
