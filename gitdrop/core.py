@@ -5,7 +5,7 @@ import os
 import time
 
 from . import events, fmt, machine, model
-from .errors import Ambiguous, NotFound, Refusal, UsageError
+from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
@@ -133,7 +133,11 @@ class Room:
         return fmt.format_message(subject, body, tr)
 
     # --- agents ----------------------------------------------------------------
-    def register(self, agent_id: str, roles=(), description: str = "", key: str = "") -> dict:
+    def register(self, agent_id: str, roles=(), description: str = "", key: str = "",
+                 new_only: bool = False) -> dict:
+        """Join the room, or update one's roles and description. new_only: refuse if
+        the agent exists, decided inside the compare-and-swap loop (two sessions
+        registering one new name at once: exactly one joins, the other changes nothing)."""
         if not model.is_agent_id(agent_id):
             raise UsageError(f"bad agent name {agent_id!r}",
                              "names are team/name of letters, digits, '.', '_' or '-'")
@@ -142,6 +146,9 @@ class Room:
         def build(view, tip):
             now = self.clock()
             old = view.agent(agent_id)
+            if old is not None and new_only:
+                raise Conflict(f"{agent_id} was registered by another session just now",
+                               f"ask the hub's owner for its token (gitdrop token {agent_id})")
             if old is not None:  # an upsert: roles and description change in place
                 new = dict(old, roles=roles or old["roles"],
                            description=description or old["description"], last_seen=now)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing_extensions import NotRequired, TypedDict
 
 from . import model, tokens
-from .errors import GitdropError, NotFound, Refusal, UsageError
+from .errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from .hub import open_hub
 
 
@@ -381,10 +381,10 @@ class ToolBox:
                               f"ask the hub's owner to mint one (gitdrop token {agent_id})")
             else:
                 mint = True
-        r = self.room.register(agent_id, _split(role), description)
-        if mint and r.get("updated"):  # someone registered the name at the same moment
-            raise Refusal("token", f"{agent_id} was registered by another session just now",
-                          f"ask the hub's owner for its token (gitdrop token {agent_id})")
+        try:
+            r = self.room.register(agent_id, _split(role), description, new_only=mint)
+        except Conflict as e:  # someone registered the name at the same moment
+            raise Refusal("token", e.reason, e.fix) from None
         new_token = tokens.mint(self.hub.path, agent_id) if mint else ""
         if self.transport == "stdio" and (not self.fixed or "/" not in self.bound):
             self.bound = agent_id  # this session now speaks for the registered agent

@@ -172,3 +172,40 @@ def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
     assert a == b                                   # both were told the same commits
     texts = [e["text"] for e in lobby.history(100)]
     assert sorted(texts) == sorted(f"note {i}" for i in range(10))
+
+
+REGISTRAR = r"""
+import sys, time
+from gitdrop.hub import Hub
+from gitdrop.errors import Conflict
+hub, me, start, names = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+room = Hub(hub).room("lobby")
+while time.time() < start:
+    pass
+for n in names:
+    try:
+        room.register(n, ["coder"], f"by {me}", new_only=True)
+        print(n, "won")
+    except Conflict:
+        print(n, "lost")
+"""
+
+
+def test_two_processes_register_one_new_name_exactly_one_joins(hub, lobby, tmp_path):
+    """What a new agent's first registration over HTTP relies on (it mints the token):
+    the loser of the race changes nothing, not even the winner's description."""
+    names = [f"core/n{i}" for i in range(12)]
+    script = tmp_path / "registrar.py"
+    script.write_text(REGISTRAR)
+    start = time.time() + 1.0
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, str(script), hub.path, me, str(start), *names],
+                              stdout=subprocess.PIPE, text=True, env=env) for me in ("a", "b")]
+    outs = dict(zip(("a", "b"), (p.communicate(timeout=60)[0] for p in procs)))
+    view = lobby.view()
+    for n in names:
+        won = [me for me, out in outs.items() if f"{n} won" in out.splitlines()]
+        assert len(won) == 1, outs
+        assert view.agent(n)["description"] == f"by {won[0]}"
+    ops = [e["op"] for e in lobby.log(1000)]
+    assert ops.count("register") == len(names) and "status" not in ops
