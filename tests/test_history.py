@@ -79,6 +79,19 @@ def test_any_past_state_can_be_read(hub, lobby, clone):
     assert first.agents() == [] and first.task_ids() == []
 
 
+def race(tmp_path, code: str, argvs) -> list[str]:
+    """Run `code` in one process per argv, all released at the same instant (the
+    argument START becomes that time); returns their outputs."""
+    script = tmp_path / "racer.py"
+    script.write_text(code)
+    start = str(time.time() + 1.0)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [subprocess.Popen([sys.executable, str(script), *[start if a == "START" else a
+                                                              for a in argv]],
+                              stdout=subprocess.PIPE, text=True, env=env) for argv in argvs]
+    return [p.communicate(timeout=60)[0] for p in procs]
+
+
 RACER = r"""
 import sys, time
 from gitdrop.hub import Hub
@@ -101,14 +114,7 @@ def test_two_processes_claim_one_task_exactly_one_wins(hub, lobby, tmp_path):
     lobby.register("core/spartan")
     lobby.register("core/kai")
     ids = [lobby.create_task("core/juno", f"t{i}")["id"] for i in range(15)]
-    script = tmp_path / "racer.py"
-    script.write_text(RACER)
-    start = time.time() + 1.0
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    procs = [subprocess.Popen([sys.executable, str(script), hub.path, a, str(start), *ids],
-                              stdout=subprocess.PIPE, text=True, env=env)
-             for a in ("core/spartan", "core/kai")]
-    outs = [p.communicate(timeout=60)[0] for p in procs]
+    outs = race(tmp_path, RACER, [[hub.path, a, "START", *ids] for a in ("core/spartan", "core/kai")])
     results = {}
     for agent, out in zip(("core/spartan", "core/kai"), outs):
         for line in out.splitlines():
@@ -161,13 +167,7 @@ def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
     """Two processes send the same keyed operations at once: each lands once."""
     lobby.register("core/juno", ["lead"])
     lobby.update_room("core/juno", "room-settings", "no cap", settings={"loop_cap": 0})
-    script = tmp_path / "keyed.py"
-    script.write_text(KEYED)
-    start = time.time() + 1.0
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    procs = [subprocess.Popen([sys.executable, str(script), hub.path, str(start)],
-                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
-    outs = [p.communicate(timeout=60)[0].split("\n") for p in procs]
+    outs = [out.split("\n") for out in race(tmp_path, KEYED, [[hub.path, "START"]] * 2)]
     a, b = ([line.split()[0] for line in out if line] for out in outs)
     assert a == b                                   # both were told the same commits
     texts = [e["text"] for e in lobby.history(100)]
@@ -195,13 +195,8 @@ def test_two_processes_register_one_new_name_exactly_one_joins(hub, lobby, tmp_p
     """What a new agent's first registration over HTTP relies on (it mints the token):
     the loser of the race changes nothing, not even the winner's description."""
     names = [f"core/n{i}" for i in range(12)]
-    script = tmp_path / "registrar.py"
-    script.write_text(REGISTRAR)
-    start = time.time() + 1.0
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    procs = [subprocess.Popen([sys.executable, str(script), hub.path, me, str(start), *names],
-                              stdout=subprocess.PIPE, text=True, env=env) for me in ("a", "b")]
-    outs = dict(zip(("a", "b"), (p.communicate(timeout=60)[0] for p in procs)))
+    outs = dict(zip(("a", "b"), race(tmp_path, REGISTRAR,
+                                     [[hub.path, me, "START", *names] for me in ("a", "b")])))
     view = lobby.view()
     for n in names:
         won = [me for me, out in outs.items() if f"{n} won" in out.splitlines()]
