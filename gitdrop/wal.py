@@ -18,11 +18,15 @@ form, and the log starts a new lap from the top. See docs/DURABILITY.md.
 """
 
 import _thread
-import fcntl
 import os
 import struct
 import time
 import zlib
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: no log (supported() says so); hubs fsync every file
+    fcntl = None
 
 HEADER = 4096                         # header page; records start here
 DEFAULT_SIZE = 4 << 20          # ~7,000 sends a lap
@@ -51,7 +55,7 @@ def boot_id() -> str:
 
 def supported() -> bool:
     """The log needs a boot id (Linux) to tell a crash from a process restart."""
-    return bool(boot_id())
+    return fcntl is not None and bool(boot_id())
 
 
 def path_for(git_dir: str) -> str:
