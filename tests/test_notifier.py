@@ -450,3 +450,33 @@ def test_stop_hook_lets_an_idle_worker_stop_and_keeps_a_busy_one(hub, team, tmp_
     team.send("juno", "spartan", "next")
     p, stdin = run_hook(hub, tmp_path, 30)
     assert json.loads(p.communicate(stdin, timeout=30)[0])["decision"] == "block"
+
+
+def test_a_hub_without_rooms_is_watched_from_its_first_room_on(tmp_path):
+    """The rooms' ref folder does not exist until the first room: the watch starts on
+    refs/heads and follows it once it appears; inotify, not the 10 s safety re-read,
+    delivers (scans are counted); an archived room's ref leaving wakes no one."""
+    from gitdrop import hub as hubmod
+    h = hubmod.init(str(tmp_path / "hub.git"), room="")
+    assert not os.path.isdir(os.path.join(h.store.path, "refs", "heads", "rooms"))
+    got = []
+    n = Notifier(h.store.path)
+    n.subscribe("fresh", "core/kai", got.extend)
+    with n:
+        time.sleep(0.2)
+        h.create_room("hub/admin", "fresh", open_=True)
+        room = h.room("fresh")
+        room.register("core/juno", ["lead"])
+        room.register("core/kai")
+        t0 = time.monotonic()
+        room.send("core/juno", "kai", "first words")
+        _until(lambda: got)
+        assert time.monotonic() - t0 < 2
+        assert [e["text"] for e in got] == ["first words"]
+        scans = n.scans
+        room.send("core/juno", "kai", "again")
+        _until(lambda: len(got) == 2)
+        assert n.scans - scans <= 2          # one ref move, one wake (not five)
+        h.archive_room("fresh", "core/juno")
+        time.sleep(0.3)
+    assert [e["text"] for e in got] == ["first words", "again"]
