@@ -266,7 +266,11 @@ class Log:
         self._lock()
         try:
             if self._head()[1] != boot_id():
-                self.replay()
+                n = self.replay()
+                import sys
+                sys.stderr.write(f"gitdrop: the machine restarted since this hub was last "
+                                 f"written; replayed {n} logged write(s) from "
+                                 f"{path_for(self.git_dir)}\n")
         finally:
             self._unlock()
 

@@ -98,6 +98,7 @@ def test_replay_restores_what_the_crash_lost(tmp_path):
                         "--as", "t/bob", "--json", "inbox"], capture_output=True, text=True,
                        cwd=ROOT)
     assert p.returncode == 0, p.stderr
+    assert "replayed" in p.stderr and "write(s)" in p.stderr     # says what it did
     got = json.loads(p.stdout)["messages"]   # two messages and the task assigned
     assert [m["text"] for m in got if m["text"]] == ["one", "two"] and len(got) == 3
     assert not os.path.exists(lock)
