@@ -20,6 +20,7 @@ form, and the log starts a new lap from the top. See docs/DURABILITY.md.
 import _thread
 import os
 import struct
+import sys
 import time
 import zlib
 
@@ -267,7 +268,6 @@ class Log:
         try:
             if self._head()[1] != boot_id():
                 n = self.replay()
-                import sys
                 sys.stderr.write(f"gitdrop: the machine restarted since this hub was last "
                                  f"written; replayed {n} logged write(s) from "
                                  f"{path_for(self.git_dir)}\n")
