@@ -28,12 +28,17 @@ METHODS = ("wal", "fsync", "none")
 _renameat2 = None
 
 
-def _into_place(lock: str, path: str) -> None:
+def _into_place(lock: str, path: str, swap: bool = True) -> None:
     """Put the lock file in place of the ref. Swapping the two (renameat2 with
     RENAME_EXCHANGE), then removing the lock (now the old value), is as atomic for
     readers as rename and keeps the lock held to the end; ext4 flushes a file
-    renamed over another at once (auto_da_alloc, ~0.2 ms), but not a swapped one."""
+    renamed over another at once (auto_da_alloc, ~0.2 ms), but not a swapped one.
+    A crash between the swap and the removal leaves a stale lock, which the log's
+    replay clears: without the log (swap=False) the ref is renamed over."""
     global _renameat2
+    if not swap:
+        os.rename(lock, path)
+        return
     if _renameat2 is None:
         try:
             import ctypes
@@ -166,7 +171,7 @@ class Writer:
                 _fsync_path(lock)
                 for nd in self.new_dirs:
                     _fsync_path(os.path.dirname(nd))
-            _into_place(lock, path)
+            _into_place(lock, path, swap=self.method != "fsync")
             lock = ""
             self.new_dirs.clear()
             if self.method != "none":
