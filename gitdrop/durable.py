@@ -34,7 +34,7 @@ def _into_place(lock: str, path: str, swap: bool = True) -> None:
     readers as rename and keeps the lock held to the end; ext4 flushes a file
     renamed over another at once (auto_da_alloc, ~0.2 ms), but not a swapped one.
     A crash between the swap and the removal leaves a stale lock, which the log's
-    replay clears: without the log (swap=False) the ref is renamed over."""
+    replay clears; without the log (swap=False) the ref is renamed over."""
     global _renameat2
     if not swap:
         os.rename(lock, path)
@@ -171,7 +171,7 @@ class Writer:
                 _fsync_path(lock)
                 for nd in self.new_dirs:
                     _fsync_path(os.path.dirname(nd))
-            _into_place(lock, path, swap=self.method != "fsync")
+            _into_place(lock, path, swap=self.method == "wal")
             lock = ""
             self.new_dirs.clear()
             if self.method != "none":
