@@ -97,15 +97,21 @@ async def test_push_over_stdio(room, hub, clone, mode):
     handler = events.legacy_handler if mode == "legacy" else None
     async with stdio_agent(hub.path, "core/spartan", mode, tools="agent",
                            message_handler=handler) as spartan:
-        if mode == "legacy":
-            await check_push(spartan, events, c, True)
-            return
-        async with spartan.client.listen(resource_subscriptions=[INBOX],
-                                         tools_list_changed=True) as sub:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(events.listen, sub)
-                await check_push(spartan, events, c, False)
-                tg.cancel_scope.cancel()
+        await push_reaches(spartan, events, c, mode)
+
+
+async def push_reaches(agent, events, c, mode):
+    """check_push on the session's own channel: its notifications (legacy), or a
+    listen stream subscribed to its inbox (2026-07-28)."""
+    if mode == "legacy":
+        await check_push(agent, events, c, True)
+        return
+    async with agent.client.listen(resource_subscriptions=[INBOX],
+                                   tools_list_changed=True) as sub:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(events.listen, sub)
+            await check_push(agent, events, c, False)
+            tg.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -118,15 +124,7 @@ async def test_push_over_http(room, hub, clone, mode):
         async with http_agent(url, "core/spartan", mode, token=token,
                               message_handler=handler) as spartan:
             await spartan.ok("who")  # the session is known as spartan's from here on
-            if mode == "legacy":
-                await check_push(spartan, events, c, True)
-                return
-            async with spartan.client.listen(resource_subscriptions=[INBOX],
-                                             tools_list_changed=True) as sub:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(events.listen, sub)
-                    await check_push(spartan, events, c, False)
-                    tg.cancel_scope.cancel()
+            await push_reaches(spartan, events, c, mode)
 
 
 async def test_http_push_goes_to_its_agent_only_and_follows_mcp_calls(room, hub):
