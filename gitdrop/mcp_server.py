@@ -30,9 +30,12 @@ from mcp.server import MCPServer
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from mcp_types import jsonrpc_message_adapter
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolRequestParams, EmptyResult, \
     SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams
+from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import mcp_tools
@@ -380,9 +383,39 @@ def _session_key(ctx) -> str:
     return (h.get("mcp-session-id") if h is not None else None) or "stdio"
 
 
-def _identify(box: ToolBox, push: Push):
+def _answerable(ctx) -> bool:
+    """A tools/call that ToolCalls can answer by itself: the session is past its
+    handshake (the SDK's gate, which stays in charge otherwise) and the params are
+    a tool name and an arguments object, nothing the SDK must interpret (a task
+    request, say)."""
+    params = ctx.params
+    connection = getattr(ctx.session, "_connection", None)
+    return (ctx.method == "tools/call" and isinstance(params, dict)
+            and isinstance(params.get("name"), str)
+            and isinstance(params.get("arguments", {}), dict)
+            and params.keys() <= {"name", "arguments", "_meta"}
+            and getattr(connection, "initialize_accepted", False) is True)
+
+
+def answer(calls: ToolCalls, params: dict, version: str, stamp) -> dict:
+    """The wire result of a plain tools/call, as the SDK's pipeline shapes it
+    (tests/test_mcp_units.py checks it against the SDK's own result surface)."""
+    result = calls.call(params["name"], params.get("arguments") or {})
+    if version in MODERN_PROTOCOL_VERSIONS:
+        result["resultType"] = "complete"
+        result["_meta"] = {SERVER_INFO_META_KEY: stamp()}
+    return result
+
+
+def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
     """Middleware: who is calling (the bound agent, or the bearer token's), for the
-    whole request; legacy sessions are remembered for push."""
+    whole request; legacy sessions are remembered for push.
+
+    A plain tools/call is answered here, without call_next: the SDK lets a
+    middleware return its own well-formed result, and its request and result
+    validation (pydantic, both ways) cost more than some tool bodies. ToolCalls
+    checks the arguments; the result is the same wire dict the SDK would make
+    (tests/test_mcp_fast.py compares the two)."""
     async def middleware(ctx, call_next):
         caller = box.identify(_headers(ctx))
         token = CALLER.set(caller)
@@ -398,6 +431,8 @@ def _identify(box: ToolBox, push: Push):
                     raise MCPError(INVALID_REQUEST, "subscriptions/listen needs your bearer "
                                    "token (Authorization: Bearer <token>; register gives it)")
                 listener = _LISTENER.set(caller.agent)
+            if _answerable(ctx):
+                return answer(calls, ctx.params, ctx.protocol_version, stamp)
             return await call_next(ctx)
         finally:
             if listener is not None:
@@ -421,10 +456,12 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     box = ToolBox(hub_path, room, agent, transport)
     bus = AgentBus(per_agent=box.transport == "http")
     push = Push(box, bus)
+    names = mcp_tools.tools_for(tools)
+    calls = ToolCalls(box, names)
     server = GitdropServer("gitdrop", instructions=_instructions(box),
                            version=_version(), subscriptions=bus, log_level="WARNING",
-                           middleware=[_identify(box, push)])
-    names = mcp_tools.tools_for(tools)
+                           middleware=[_identify(box, push, calls,
+                                                 lambda: server._lowlevel_server.server_info_stamp)])
     for name in names:
         fn = getattr(box, name)
         server.add_tool(_schema_only(fn), name=name, description=_describe(fn),
@@ -458,7 +495,7 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
 
     # Legacy (2025-11-25) clients subscribe per resource; modern ones listen.
     low = server._lowlevel_server  # the SDK offers no public seam for these three
-    low.add_request_handler("tools/call", CallToolRequestParams, ToolCalls(box, names))
+    low.add_request_handler("tools/call", CallToolRequestParams, calls)
     low.add_request_handler("resources/subscribe", SubscribeRequestParams, push.on_subscribe)
     low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams,
                             push.on_unsubscribe)
@@ -468,32 +505,69 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     return server, box, push
 
 
-class _PipeLines:
-    """stdin as an async iterator of lines, read by the event loop (the SDK's
-    default reads each line on a worker thread: a thread hop per message)."""
+class _WireIn:
+    """The SDK's read stream (mcp.shared._stream_protocols.ReadStream) over the
+    stdin pipe: each line parsed as the SDK's stdio transport parses it, in the
+    reader's own task. The SDK's transport hands every line through a reader task
+    and a rendezvous stream: two task switches per message, which on a process
+    woken for each call cost more than the parsing."""
 
     def __init__(self, reader: asyncio.StreamReader):
         self.reader = reader
 
+    async def receive(self):
+        line = await self.reader.readline()
+        if not line:
+            raise anyio.EndOfStream
+        try:
+            return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except Exception as exc:  # handed on, as the SDK's transport does
+            return exc
+
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> str:
-        line = await self.reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", "replace")
+    async def __anext__(self):
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
 
 
-class _PipeWriter:
+class _WireOut:
+    """The SDK's write stream over the stdout pipe: a message is one line written
+    whole by the event loop (no writer task); back-pressure only past the
+    transport's high-water mark."""
+
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = writer
 
-    async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
+    async def send(self, item) -> None:
+        self.writer.write(item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                          .encode("utf-8") + b"\n")
+        if self.writer.transport.get_write_buffer_size():
+            await self.writer.drain()
 
-    async def flush(self) -> None:
-        await self.writer.drain()
+    async def aclose(self) -> None:
+        try:
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):  # the client is gone
+            pass
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
 
 
 async def _pipes():
@@ -515,14 +589,17 @@ async def _pipes():
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
-    return _PipeLines(reader), _PipeWriter(asyncio.StreamWriter(transport, protocol, None, loop))
+    return _WireIn(reader), _WireOut(asyncio.StreamWriter(transport, protocol, None, loop))
 
 
 async def _run_stdio(server: GitdropServer) -> None:
-    from mcp.server.stdio import stdio_server
-    streams = await _pipes()
     low = server._lowlevel_server
-    async with stdio_server(*(streams or ())) as (read, write):
+    streams = await _pipes()
+    if streams is not None:
+        await low.run(*streams, low.create_initialization_options())
+        return
+    from mcp.server.stdio import stdio_server
+    async with stdio_server() as (read, write):
         await low.run(read, write, low.create_initialization_options())
 
 

@@ -195,3 +195,59 @@ def test_a_read_that_moves_the_cursor_leaves_no_walk_behind(hub):
     lobby.send("core/juno", "kilo", "again")
     assert [m["text"] for m in lobby.inbox("core/kilo", peek=True)["messages"]] == ["again"]
     assert inbox_keys() == {stays} and memo[stays][1]  # a peek leaves the cursor too
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+def test_a_plain_tools_call_is_answered_as_the_sdk_would(hub, version):
+    """The middleware answers a plain tools/call itself (mcp_server.answer); what it
+    sends must be what the SDK's pipeline would: its result surface for the version
+    leaves the dict as it is, and a 2026 result carries resultType and serverInfo."""
+    from mcp_types import SERVER_INFO_META_KEY
+    from mcp_types.methods import serialize_server_result
+    from gitdrop.mcp_server import answer
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/kilo", [])
+    server, _box, _push = build(hub.path, "lobby", "core/juno", "stdio", "all")
+    calls = server._lowlevel_server.get_request_handler("tools/call").handler
+    stamp = lambda: server._lowlevel_server.server_info_stamp  # noqa: E731
+    for name, args in (("send", {"to_agent": "kilo", "message": "hi", "cc": ""}),
+                       ("who", {}), ("check_inbox", {"limit": 5}), ("list_tasks", {}),
+                       ("send", {"message": "no recipient"}),          # bad arguments
+                       ("send", {"to_agent": "nobody", "message": "x"}),  # a refusal
+                       ("no_such_tool", {})):
+        wire = answer(calls, {"name": name, "arguments": args}, version, stamp)
+        meta = wire.pop("_meta", None)
+        assert serialize_server_result("tools/call", version, wire) == wire, (name, wire)
+        if version == "2026-07-28":
+            assert wire["resultType"] == "complete"
+            assert meta == {SERVER_INFO_META_KEY: {"name": "gitdrop",
+                                                   "version": meta[SERVER_INFO_META_KEY]["version"]}}
+        else:
+            assert meta is None and "resultType" not in wire
+
+
+def test_a_session_past_its_handshake_gets_the_direct_answer(hub, monkeypatch):
+    """The middleware's direct answer is really taken by a real SDK client's calls
+    (it falls back to the SDK's pipeline silently, so this is the check that it
+    does not: the gate it reads is the SDK's own)."""
+    from mcp import Client
+    from gitdrop import mcp_server
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    answered, answer = [], mcp_server.answer
+
+    def counting(calls, params, version, stamp):
+        answered.append(params["name"])
+        return answer(calls, params, version, stamp)
+    monkeypatch.setattr(mcp_server, "answer", counting)
+    server, _box, _push = build(hub.path, "lobby", "core/juno", "stdio", "agent")
+
+    async def session():
+        async with Client(server) as client:
+            who = await client.call_tool("who", {})
+            assert not who.is_error and who.structured_content["agents"], who
+            bad = await client.call_tool("check_inbox", {"limit": "lots"})
+            assert bad.is_error and "'limit' must be an integer" in bad.content[0].text
+    anyio.run(session)
+    assert answered == ["who", "check_inbox"]
