@@ -178,6 +178,7 @@ def main(argv=None) -> int:
     work = a.dir or common.workdir("core-")
     os.makedirs(work, exist_ok=True)
     common.header("gitdrop core: send, inbox, task move vs SQLite", work)
+    print(common.creation_note(work))
     print("room settings: loop_cap = 0 (the default loop guard, 60 messages per 60 s, "
           "would refuse a benchmark that sends thousands from one agent)")
     targets = {}
@@ -228,6 +229,7 @@ def main(argv=None) -> int:
             print(f"  send at {big} within 1.5x of empty:  {r[('send', big)][2]:.2f}x")
             print(f"  inbox at {big} within 1.5x of empty: {r[('inbox', big)][2]:.2f}x")
             print(f"  move at {big} vs empty (no target):  {r[('move', big)][2]:.2f}x")
+        print(common.creation_note(work))
         print(f"\nfinished: {time.strftime('%Y-%m-%d %H:%M:%S')}; command: {common.command()}")
     finally:
         if not a.keep and not a.dir:

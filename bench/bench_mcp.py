@@ -257,6 +257,7 @@ def main() -> None:
     tools_list_sizes()
     for fsync in ([True, False] if a.fsync == "both" else [a.fsync == "on"]):
         path = make_hub(fsync)
+        print(common.creation_note(os.path.dirname(path)))
         print(f"\nround trips, hub with gitdrop.fsync={'true' if fsync else 'false'} "
               f"({a.rounds} ping-pong rounds: {2 * a.rounds} calls of each tool):")
         faces = [("stdio floor: tool bodies, no SDK",

@@ -34,11 +34,36 @@ BENCH_HOME = os.path.join(os.path.expanduser("~"), ".cache", "gitdrop-bench")
 def workdir(prefix: str) -> str:
     """A fresh directory under ~/.cache/gitdrop-bench: the filesystem of the
     default hub (~/.gitdrop), not /tmp, which is tmpfs on many systems (no
-    durability to measure) and, crowded, made every file creation here 20-40x
-    slower (about 1 ms each) while SQLite, which creates no files, was unmoved."""
+    durability to measure)."""
     import tempfile
     os.makedirs(BENCH_HOME, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix, dir=BENCH_HOME)
+
+
+def creation_cost(directory: str, n: int = 50) -> float:
+    """Seconds per file created in `directory` now (the files are kept: removing
+    them would itself slow the next creations, see below). On ext4 without a
+    journal the kernel skips, when it allocates an inode, every inode of the block
+    group freed more than a second and less than a minute or more ago
+    (recently_deleted() in fs/ext4/ialloc.c): after a bulk removal (an earlier
+    run's clean-up, a test suite's temporary files) each file created in that
+    group costs about 1.3 ms of kernel CPU instead of 0.03 ms. gitdrop creates
+    files on every write (loose objects, the ref's lock) and SQLite does not, so
+    runs print this figure to say which kind of moment they measured."""
+    probe = os.path.join(directory, "creation-probe")
+    os.makedirs(probe, exist_ok=True)
+    t = time.perf_counter()
+    for i in range(n):
+        os.close(os.open(os.path.join(probe, f"{time.time_ns()}-{i}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+    return (time.perf_counter() - t) / n
+
+
+def creation_note(directory: str) -> str:
+    cost = creation_cost(directory)
+    slow = "  (slow: a recent bulk removal on this block group, see bench/README.md)" \
+        if cost > 0.0003 else ""
+    return f"file creation in the work directory now: {cost * 1e3:.3f} ms{slow}"
 
 
 # --- numbers --------------------------------------------------------------------
