@@ -132,6 +132,8 @@ class BaseStore:
         """Build and check one operation on `tip`; write its objects (not the ref).
         Returns (new commit, or `tip` for an accepted no-op; result; op)."""
         if tip:
+            if w is not None:
+                w.settle()   # `tip` may be the group's previous commit, not yet in files
             tc = self.reader.commit(tip)
             view = RoomView(self.reader, tc.tree, tip, room)
         else:

@@ -64,14 +64,16 @@ class Writer:
         self.method = method
         self.log = wal.for_hub(git_dir) if method == "wal" else None
         self.logged: dict[str, bytes] = {}   # oid -> loose bytes, for the log
+        self.pending: list = []              # (kind, oid, loose bytes) not yet in files
         self.named: list[str] = []           # object files this writer made (wal)
         self.new_dirs: set[str] = set()      # object directories made (fsync)
 
     # --- objects --------------------------------------------------------------
     def write(self, kind: str, data: bytes) -> str:
         """Store one object in the loose format; returns its id (hex). Under the
-        log every object of the write is logged, present or not: a file another
-        writer left (a lost race) may not be on the device yet."""
+        log every object of the write is logged, present or not (a file another
+        writer left, a lost race, may not be on the device yet), and its loose
+        file is written while the log syncs (move_ref), or by settle()."""
         raw = b"%s %d\0" % (kind.encode(), len(data)) + data
         oid = hashlib.sha1(raw).hexdigest()
         if oid in self.logged:
@@ -79,12 +81,25 @@ class Writer:
         loose = zlib.compress(raw, 1)
         if self.log is not None:
             self.logged[oid] = loose
+            self.pending.append((kind, oid, loose))
+        else:
+            self._put(kind, oid, loose)
+        return oid
+
+    def settle(self) -> None:
+        """Write the loose files of the objects logged so far: before anything
+        reads them back (the next commit of a group commit is built on this one)."""
+        pending, self.pending = self.pending, []
+        for kind, oid, loose in pending:
+            self._put(kind, oid, loose)
+
+    def _put(self, kind: str, oid: str, loose: bytes) -> None:
         d = os.path.join(self.git_dir, "objects", oid[:2])
         path = os.path.join(d, oid[2:])
         # A new commit (its time, parent and message) is as good as never there
         # already: the check is for blobs and trees.
         if kind != "commit" and os.path.exists(path):
-            return oid
+            return
         tmp = os.path.join(d, f"tmp_obj_{os.getpid()}_{os.urandom(6).hex()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
@@ -103,7 +118,6 @@ class Writer:
             _fsync_path(d)
         elif self.log is not None:
             self.named.append(path)
-        return oid
 
     def blob(self, data: bytes) -> str:
         return self.write("blob", data)
@@ -160,11 +174,13 @@ class Writer:
                 os.close(fd)
             if self.log is not None:
                 try:
-                    with self.log.append([(ref, expected, new)], self.logged.items()):
+                    with self.log.append([(ref, expected, new)], self.logged.items(),
+                                         self.settle if self.pending else None):
                         _into_place(lock, path)
                     lock = ""
                     return True
                 except wal.TooBig:
+                    self.settle()
                     self._fsync_named()
                     _fsync_path(lock)
             elif self.method == "fsync":

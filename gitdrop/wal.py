@@ -176,8 +176,8 @@ class _Append:
     """The context of one logged write (a class, not contextlib: the hook imports
     this module, and contextlib costs it 5 ms)."""
 
-    def __init__(self, log: "Log", payload: bytes):
-        self.log, self.payload = log, payload
+    def __init__(self, log: "Log", payload: bytes, during=None):
+        self.log, self.payload, self.during = log, payload, during
 
     def _record(self, lap: int, seq: int) -> bytes:
         p = self.payload
@@ -200,7 +200,14 @@ class _Append:
                 tail = HEADER
                 rec = self._record(lap, seq)
             os.pwrite(log.fd, rec, tail)
-            os.fdatasync(log.fd)
+            try:
+                if self.during is None:
+                    os.fdatasync(log.fd)
+                else:
+                    log._syncer().sync_while(log.fd, self.during)
+            except BaseException:
+                _take_back(log, tail, seq)
+                raise
             # Past this record before the ref moves: a writer killed in between must
             # not have its record (and the objects a later commit builds on) overwritten.
             os.pwrite(log.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
@@ -214,12 +221,54 @@ class _Append:
         log = self.log
         try:
             if kind is not None:
-                os.pwrite(log.fd, b"\0" * _REC.size, self.tail)
-                os.fdatasync(log.fd)
-                os.pwrite(log.fd, _HINT.pack(self.tail, self.seq), _HINT_AT)
+                _take_back(log, self.tail, self.seq)
         finally:
             log._unlock()
         return False
+
+
+def _take_back(log: "Log", tail: int, seq: int) -> None:
+    """Undo a record whose write did not happen (its header zeroed, durably)."""
+    os.pwrite(log.fd, b"\0" * _REC.size, tail)
+    os.fdatasync(log.fd)
+    os.pwrite(log.fd, _HINT.pack(tail, seq), _HINT_AT)
+
+
+class _Syncer:
+    """A thread that runs the log's fdatasync while the writing thread does other
+    work of the same write (its loose files): the disk's flush (~0.35 ms here)
+    and the file creations (~0.1 ms per object) overlap instead of adding up."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.go, self.done = _thread.allocate_lock(), _thread.allocate_lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.fd, self.error = -1, None
+        _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        while True:
+            self.go.acquire()
+            try:
+                os.fdatasync(self.fd)
+                self.error = None
+            except BaseException as e:  # handed to the writer
+                self.error = e
+            self.done.release()
+
+    def sync_while(self, fd: int, work) -> None:
+        """fdatasync(fd) done, and work() done, here: the first error of either
+        is raised once both are over."""
+        self.fd = fd
+        self.go.release()
+        try:
+            work()
+        finally:
+            self.done.acquire()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
 
 
 class Log:
@@ -275,12 +324,19 @@ class Log:
             self._unlock()
 
     # --- writing ------------------------------------------------------------------
-    def append(self, updates, objects=()) -> "_Append":
+    def append(self, updates, objects=(), during=None) -> "_Append":
         """`with log.append(updates, objects):` logs one write, durably, on entry;
         the body moves the refs while the log is held, so a new lap (which only
         syncs what came before) never outruns a rename. If the body fails, the
-        record is taken back."""
-        return _Append(self, _encode(updates, list(objects)))
+        record is taken back. `during()`, if given, runs on entry while the log
+        syncs (on another thread); if it fails, the record is taken back."""
+        return _Append(self, _encode(updates, list(objects)), during)
+
+    def _syncer(self) -> _Syncer:
+        syncer = getattr(self, "_sync_thread", None)
+        if syncer is None or syncer.pid != os.getpid():   # none yet, or forked
+            syncer = self._sync_thread = _Syncer()
+        return syncer
 
     # --- after a crash --------------------------------------------------------------
     def records(self):

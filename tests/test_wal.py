@@ -149,6 +149,36 @@ def test_a_failed_ref_move_takes_its_record_back(tmp_path):
     assert hubmod.Hub(path).room("r").inbox("t/bob")["messages"][0]["text"] == "after"
 
 
+def test_loose_files_are_written_while_the_log_syncs(tmp_path, monkeypatch):
+    """A write's loose files go to disk on the writer's thread while another thread
+    syncs the log; the ref moves only when both are done, and if the files fail
+    the record is taken back and the ref stays."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    log = wal.for_hub(path)
+    threads = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (threads.append(wal._thread.get_ident()),
+                                                     real(fd))[1])
+    done = r.send("t/ann", "t/bob", "while syncing")
+    assert threads and threads[0] != wal._thread.get_ident()   # the sync ran elsewhere
+    assert os.path.exists(_obj(path, done["commit"])) and h.store.room_tip("r") == done["commit"]
+    before, tip = log.records()[0], h.store.room_tip("r")
+
+    def full(*_a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(durable.Writer, "_put", full)
+    with pytest.raises(OSError, match="No space"):
+        r.send("t/ann", "t/bob", "no room for it")
+    monkeypatch.undo()
+    assert h.store.room_tip("r") == tip and log.records()[0] == before
+    assert not os.path.exists(os.path.join(path, h.store.room_ref("r") + ".lock"))
+    _reboot(path)   # and a replay does not bring it back
+    got = hubmod.Hub(path).room("r").inbox("t/bob")["messages"]
+    assert [m["text"] for m in got] == ["while syncing"]
+    _fsck(path)
+
+
 def test_laps_and_a_record_too_big_for_the_log(tmp_path):
     h, r = _hub(tmp_path, size=32 * 1024)
     path = h.store.path
