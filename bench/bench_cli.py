@@ -12,7 +12,6 @@ and `python -c "import pygit2, typer"`, measured the same way.
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -117,7 +116,7 @@ def main() -> None:
         print(f"made by: {py} {' '.join(sys.argv)} (python {sys.version.split()[0]}, "
               f"pygit2 {pygit2.__version__}, {os.cpu_count()} cpus, {args.rounds} rounds)")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        common.leave(tmp)
 
 
 if __name__ == "__main__":

@@ -177,6 +177,8 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in a.sizes.split(",")]
     work = a.dir or common.workdir("core-")
     os.makedirs(work, exist_ok=True)
+    if a.dir:
+        common.settle(work)
     common.header("gitdrop core: send, inbox, task move vs SQLite", work)
     print(common.creation_note(work))
     print("room settings: loop_cap = 0 (the default loop guard, 60 messages per 60 s, "
@@ -233,7 +235,7 @@ def main(argv=None) -> int:
         print(f"\nfinished: {time.strftime('%Y-%m-%d %H:%M:%S')}; command: {common.command()}")
     finally:
         if not a.keep and not a.dir:
-            shutil.rmtree(work, ignore_errors=True)
+            common.leave(work)
     return 0
 
 

@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         return 0 if refused else 1
     finally:
         if not a.keep and not a.dir:
-            shutil.rmtree(work, ignore_errors=True)
+            common.leave(work)
 
 
 if __name__ == "__main__":

@@ -275,7 +275,10 @@ def run():
     if loop["ms"]:
         print(f"  ratio to the baseline (ms with children): local {local['ms'] / loop['ms']:.2f}, "
               f"remote {remote['ms'] / loop['ms']:.2f}")
-    shutil.rmtree(base, ignore_errors=True)
+    if a.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        common.leave(base)
 
 
 if __name__ == "__main__":

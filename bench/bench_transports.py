@@ -13,7 +13,6 @@ a CAS on the mirror and one `git push` that runs the hub's hook.
 
 import argparse
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
     finally:
         for s in started:
             s.close()
-        shutil.rmtree(work, ignore_errors=True)
+        common.leave(work)
     base = {"send": t.med("local send"), "inbox --peek": t.med("local inbox --peek")}
     print(f"\n{'operation':34} {'median ms':>9} {'p99 ms':>9} {'vs local':>8}")
     for label in t.samples:
