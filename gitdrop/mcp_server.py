@@ -415,7 +415,7 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
     middleware return its own well-formed result, and its request and result
     validation (pydantic, both ways) cost more than some tool bodies. ToolCalls
     checks the arguments; the result is the same wire dict the SDK would make
-    (tests/test_mcp_fast.py compares the two)."""
+    (tests/test_mcp_units.py compares the two)."""
     async def middleware(ctx, call_next):
         caller = box.identify(_headers(ctx))
         token = CALLER.set(caller)
