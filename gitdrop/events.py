@@ -104,14 +104,15 @@ def _key(path: str, prefix: str) -> str:
     return path[len(prefix):-3] if path.startswith(prefix) else ""
 
 
-def concerns(ev: dict, agent_id: str, lead: bool) -> str:
-    """How an event reaches an agent ("to", "cc", "team", "all", "lead", "notice") or ""."""
+def concerns(ev: dict, agent_id: str, lead) -> str:
+    """How an event reaches an agent ("to", "cc", "team", "all", "lead", "notice") or "".
+    `lead` may be a function, asked only where the answer depends on it."""
     if ev["from"] == agent_id:
         return ""
     if ev["op"] == "send":
         return rules.reaches(ev["from"], ev["to"], ev["cc"], agent_id, lead)
     targets_ = ev.get("for", [])
-    if agent_id in targets_ or (LEADS in targets_ and lead):
+    if agent_id in targets_ or (LEADS in targets_ and (lead() if callable(lead) else lead)):
         return "notice"
     return ""
 

@@ -12,6 +12,7 @@ interval and fetched into the same local mirror a RemoteHub uses (gitdrop.remote
 where the same computation runs on the tips the hub itself advertised.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -120,6 +121,20 @@ class _RefWatch:
 
     def join(self, timeout=None) -> None:
         self.fd.join(timeout)
+
+
+class _Lazy:
+    """A value worked out on the first call: whether an agent is a lead (which reads
+    its agent file, rewritten whenever its cursor moves) is asked for only by
+    events that could reach it as a lead."""
+
+    def __init__(self, fn):
+        self.fn, self.done, self.value = fn, False, None
+
+    def __call__(self):
+        if not self.done:
+            self.value, self.done = self.fn(), True
+        return self.value
 
 
 class Notifier:
@@ -308,11 +323,16 @@ class Notifier:
             walked.append(c)
             if len(walked) >= WALK_CAP:
                 break
-        view = self.store.view(room, tip)
+        view = []   # the tip's view, made only if an event needs a lead's status
+
+        def is_lead(agent):
+            if not view:
+                view.append(self.store.view(room, tip))
+            return view[0].is_lead(agent)
         out = []
         for s in pending:
             commits = walked[:found.get(s.base, len(walked))]
-            lead = view.is_lead(s.agent)
+            lead = _Lazy(functools.partial(is_lead, s.agent))
             evs = []
             for c in reversed(commits):
                 if c.author == s.agent:

@@ -234,9 +234,10 @@ def addressed_to(c, agent_id: str, lead: bool) -> str:
     return reaches(c.author, *recipients(c), agent_id, lead)
 
 
-def reaches(author: str, to, cc, agent_id: str, lead: bool) -> str:
+def reaches(author: str, to, cc, agent_id: str, lead) -> str:
     """How a message from `author` to `to`/`cc` reaches an agent (a lead gets a copy
-    of every message in the room): "to", "cc", "team", "all", "lead" or ""."""
+    of every message in the room): "to", "cc", "team", "all", "lead" or "". `lead`
+    may be a function, asked only when nothing else decides (it reads a file)."""
     if author == agent_id:
         return ""
     if agent_id in to:
@@ -248,7 +249,7 @@ def reaches(author: str, to, cc, agent_id: str, lead: bool) -> str:
         return "team"
     if model.ALL in to:
         return "all"
-    return "lead" if lead else ""
+    return "lead" if (lead() if callable(lead) else lead) else ""
 
 
 def is_message(reader, c) -> bool:
