@@ -32,10 +32,9 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
-from mcp_types import jsonrpc_message_adapter
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST, CallToolRequestParams, EmptyResult, \
-    SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams
-from mcp_types import SERVER_INFO_META_KEY
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY, \
+    CallToolRequestParams, EmptyResult, SubscribeRequestParams, ToolAnnotations, \
+    UnsubscribeRequestParams, jsonrpc_message_adapter
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import mcp_tools

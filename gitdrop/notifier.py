@@ -123,20 +123,6 @@ class _RefWatch:
         self.fd.join(timeout)
 
 
-class _Lazy:
-    """A value worked out on the first call: whether an agent is a lead (which reads
-    its agent file, rewritten whenever its cursor moves) is asked for only by
-    events that could reach it as a lead."""
-
-    def __init__(self, fn):
-        self.fn, self.done, self.value = fn, False, None
-
-    def __call__(self):
-        if not self.done:
-            self.value, self.done = self.fn(), True
-        return self.value
-
-
 class Notifier:
     """Calls `callback(events)` for each batch of new events that concern an agent."""
 
@@ -323,7 +309,9 @@ class Notifier:
             walked.append(c)
             if len(walked) >= WALK_CAP:
                 break
-        view = []   # the tip's view, made only if an event needs a lead's status
+        # Whether a subscriber leads reads its agent file, which every cursor move
+        # rewrites: it is asked only by an event that could reach it as a lead.
+        view = []   # the tip's view, made on that first question
 
         def is_lead(agent):
             if not view:
@@ -332,7 +320,7 @@ class Notifier:
         out = []
         for s in pending:
             commits = walked[:found.get(s.base, len(walked))]
-            lead = _Lazy(functools.partial(is_lead, s.agent))
+            lead = functools.cache(functools.partial(is_lead, s.agent))  # asked at most once
             evs = []
             for c in reversed(commits):
                 if c.author == s.agent:
