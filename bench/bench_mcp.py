@@ -203,26 +203,30 @@ class FloorStdio(RawStdio):
         self.rpc("initialize", {})
 
 
+def raw_rounds(a, b, rounds: int, times: dict, warm: int = 0) -> None:
+    """`rounds` ping-pong rounds between two RawStdio servers' agents; the first
+    `warm` are not timed."""
+    for i in range(rounds):
+        for me, other, other_name in ((a, b, B), (b, a, A)):
+            t = time.perf_counter()
+            me.ok("send", to_agent=other_name, message=f"ping {i}")
+            t1 = time.perf_counter()
+            got = other.ok("check_inbox")
+            t2 = time.perf_counter()
+            assert len(got["messages"]) == 1, got
+            if i >= warm:
+                times["send"].append(t1 - t)
+                times["check_inbox"].append(t2 - t1)
+
+
 def raw_stdio(path: str, rounds: int, server=RawStdio) -> dict:
     a, b = server(path, A), server(path, B)
     try:
+        raw_rounds(a, b, 5, {"send": [], "check_inbox": []})   # warm-up
         times = {"send": [], "check_inbox": []}
-        cpu0 = None
-        for i in range(rounds + 5):
-            if i == 5:
-                cpu0 = a.cpu() + b.cpu()
-            for me, other, other_name in ((a, b, B), (b, a, A)):
-                t = time.perf_counter()
-                me.ok("send", to_agent=other_name, message=f"ping {i}")
-                t1 = time.perf_counter()
-                got = other.ok("check_inbox")
-                t2 = time.perf_counter()
-                assert len(got["messages"]) == 1, got
-                if i >= 5:
-                    times["send"].append(t1 - t)
-                    times["check_inbox"].append(t2 - t1)
-        calls = 4 * rounds
-        times["cpu"] = (a.cpu() + b.cpu() - cpu0) / calls  # both servers, push included
+        cpu0 = a.cpu() + b.cpu()
+        raw_rounds(a, b, rounds, times)
+        times["cpu"] = (a.cpu() + b.cpu() - cpu0) / (4 * rounds)  # both servers, push included
         return times
     finally:
         a.close()

@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -42,20 +41,11 @@ class Server(bench_mcp.RawStdio):
 
 
 def block(pair, rounds: int, times: dict) -> float:
-    """`rounds` ping-pong rounds; returns the servers' CPU seconds they took."""
+    """`rounds` ping-pong rounds (the first 3 warm the block up, untimed); returns
+    the servers' CPU seconds they took."""
     a, b = pair
     cpu = a.cpu() + b.cpu()
-    for i in range(rounds):
-        for me, other, other_name in ((a, b, bench_mcp.B), (b, a, bench_mcp.A)):
-            t = time.perf_counter()
-            me.ok("send", to_agent=other_name, message=f"ping {i}")
-            t1 = time.perf_counter()
-            got = other.ok("check_inbox")
-            t2 = time.perf_counter()
-            assert len(got["messages"]) == 1, got
-            if i >= 3:   # the first rounds of a block warm it up
-                times["send"].append(t1 - t)
-                times["check_inbox"].append(t2 - t1)
+    bench_mcp.raw_rounds(a, b, rounds, times, warm=3)
     return a.cpu() + b.cpu() - cpu
 
 
