@@ -79,27 +79,31 @@ def test_any_past_state_can_be_read(hub, lobby, clone):
     assert first.agents() == [] and first.task_ids() == []
 
 
-def race(tmp_path, code: str, argvs) -> list[str]:
-    """Run `code` in one process per argv, all released at the same instant (the
-    argument START becomes that time); returns their outputs."""
+RACE_PRELUDE = r"""
+import sys, time
+from gitdrop.hub import Hub
+from gitdrop.errors import Conflict, Refusal
+room = Hub(sys.argv[1]).room("lobby")
+args = sys.argv[3:]
+while time.time() < float(sys.argv[2]):
+    pass
+"""
+
+
+def race(tmp_path, hub_path: str, body: str, argvs) -> list[str]:
+    """Run `body` in one process per argv, all released at the same instant, each
+    with `room` (the hub's lobby) and `args` (its argv); returns their outputs."""
     script = tmp_path / "racer.py"
-    script.write_text(code)
+    script.write_text(RACE_PRELUDE + body)
     start = str(time.time() + 1.0)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    procs = [subprocess.Popen([sys.executable, str(script), *[start if a == "START" else a
-                                                              for a in argv]],
+    procs = [subprocess.Popen([sys.executable, str(script), hub_path, start, *argv],
                               stdout=subprocess.PIPE, text=True, env=env) for argv in argvs]
     return [p.communicate(timeout=60)[0] for p in procs]
 
 
 RACER = r"""
-import sys, time
-from gitdrop.hub import Hub
-from gitdrop.errors import Refusal
-hub, agent, start, tasks = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-room = Hub(hub).room("lobby")
-while time.time() < start:
-    pass
+agent, tasks = args[0], args[1:]
 for t in tasks:
     try:
         room.move_task(agent, t, "claim")
@@ -114,7 +118,7 @@ def test_two_processes_claim_one_task_exactly_one_wins(hub, lobby, tmp_path):
     lobby.register("core/spartan")
     lobby.register("core/kai")
     ids = [lobby.create_task("core/juno", f"t{i}")["id"] for i in range(15)]
-    outs = race(tmp_path, RACER, [[hub.path, a, "START", *ids] for a in ("core/spartan", "core/kai")])
+    outs = race(tmp_path, hub.path, RACER, [[a, *ids] for a in ("core/spartan", "core/kai")])
     results = {}
     for agent, out in zip(("core/spartan", "core/kai"), outs):
         for line in out.splitlines():
@@ -151,12 +155,6 @@ def test_a_retried_operation_with_the_same_key_is_applied_once(lobby):
 
 
 KEYED = r"""
-import sys, time
-from gitdrop.hub import Hub
-hub, start = sys.argv[1], float(sys.argv[2])
-room = Hub(hub).room("lobby")
-while time.time() < start:
-    pass
 for i in range(10):
     r = room.send("core/juno", "all", f"note {i}", key=f"same-{i}")
     print(r["commit"], r.get("replayed", False))
@@ -167,7 +165,7 @@ def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
     """Two processes send the same keyed operations at once: each lands once."""
     lobby.register("core/juno", ["lead"])
     lobby.update_room("core/juno", "room-settings", "no cap", settings={"loop_cap": 0})
-    outs = [out.split("\n") for out in race(tmp_path, KEYED, [[hub.path, "START"]] * 2)]
+    outs = [out.split("\n") for out in race(tmp_path, hub.path, KEYED, [[]] * 2)]
     a, b = ([line.split()[0] for line in out if line] for out in outs)
     assert a == b                                   # both were told the same commits
     texts = [e["text"] for e in lobby.history(100)]
@@ -175,13 +173,7 @@ def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
 
 
 REGISTRAR = r"""
-import sys, time
-from gitdrop.hub import Hub
-from gitdrop.errors import Conflict
-hub, me, start, names = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-room = Hub(hub).room("lobby")
-while time.time() < start:
-    pass
+me, names = args[0], args[1:]
 for n in names:
     try:
         room.register(n, ["coder"], f"by {me}", new_only=True)
@@ -195,8 +187,8 @@ def test_two_processes_register_one_new_name_exactly_one_joins(hub, lobby, tmp_p
     """What a new agent's first registration over HTTP relies on (it mints the token):
     the loser of the race changes nothing, not even the winner's description."""
     names = [f"core/n{i}" for i in range(12)]
-    outs = dict(zip(("a", "b"), race(tmp_path, REGISTRAR,
-                                     [[hub.path, me, "START", *names] for me in ("a", "b")])))
+    outs = dict(zip(("a", "b"), race(tmp_path, hub.path, REGISTRAR,
+                                     [[me, *names] for me in ("a", "b")])))
     view = lobby.view()
     for n in names:
         won = [me for me, out in outs.items() if f"{n} won" in out.splitlines()]
