@@ -21,11 +21,10 @@ def gd(hub, tmp_path):
 
 
 @pytest.fixture
-def team(lobby):
-    lobby.register("core/juno", ["lead"])
-    lobby.register("core/spartan", ["coder"])
-    lobby.register("core/ada", ["coder"])
-    return lobby
+def team(team):
+    """conftest's team, and a third coder these tests name."""
+    team.register("core/ada", ["coder"])
+    return team
 
 
 # --- the surface -------------------------------------------------------------------
