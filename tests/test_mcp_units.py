@@ -251,3 +251,102 @@ def test_a_session_past_its_handshake_gets_the_direct_answer(hub, monkeypatch):
             assert bad.is_error and "'limit' must be an integer" in bad.content[0].text
     anyio.run(session)
     assert answered == ["who", "check_inbox"]
+
+
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+def test_stdio_calls_after_the_first_are_answered_where_their_line_is_read(hub, version):
+    """Over stdio (here the real server and the SDK's serving loop on two OS pipes,
+    driven line by line), the SDK passes the session's first plain tools/call; the
+    next ones with the same envelope are answered by LineCalls with what the SDK
+    would have sent; any other request still goes through the SDK."""
+    from gitdrop import mcp_server
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/kilo", [])
+    server, _box, _push = build(hub.path, "lobby", "core/juno", "stdio", "all")
+    low, lines = server._lowlevel_server, server.lines
+    modern = version == "2026-07-28"
+    to_server, from_server = os.pipe(), os.pipe()
+    ids = iter(range(1, 100))
+
+    async def session():
+        read, write = await mcp_server.wire(to_server[0], from_server[1], lines)
+        out, inp = os.fdopen(to_server[1], "wb", buffering=0), os.fdopen(from_server[0], "rb")
+
+        async def rpc(method, params, notify=False):
+            msg = {"jsonrpc": "2.0", "method": method, "params": params}
+            if not notify:
+                msg["id"] = next(ids)
+            out.write(json.dumps(msg).encode() + b"\n")
+            while not notify:
+                reply = json.loads(await anyio.to_thread.run_sync(inp.readline))
+                if reply.get("id") == msg["id"]:
+                    return reply
+
+        def call(name, args, meta=ENVELOPE if modern else None):
+            params = {"name": name, "arguments": args}
+            if meta is not None:
+                params["_meta"] = meta
+            return rpc("tools/call", params)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(low.run, read, write, low.create_initialization_options())
+            if not modern:
+                init = await rpc("initialize", {"protocolVersion": version, "capabilities": {},
+                                                "clientInfo": {"name": "t", "version": "1"}})
+                assert init["result"]["protocolVersion"] == version
+                await rpc("notifications/initialized", {}, notify=True)
+            first = await call("list_tasks", {})
+            assert lines.answered == 0            # the SDK's
+            second = await call("list_tasks", {})
+            assert lines.answered == 1            # the line's
+            assert second == dict(first, id=second["id"])
+            sent = await call("send", {"to_agent": "kilo", "message": "hi"})
+            assert sent["result"]["structuredContent"]["to"] == ["core/kilo"]
+            refused = await call("send", {"to_agent": "nobody", "message": "x"})
+            assert refused["result"]["isError"]
+            assert "rule unknown-recipient:" in refused["result"]["content"][0]["text"]
+            bad = await call("check_inbox", {"limit": "lots"})
+            assert bad["result"]["isError"] and lines.answered == 4
+            # not plain, or not this session's envelope: the SDK answers, as before
+            token = {"progressToken": 7}
+            with_token = await call("list_tasks", {}, dict(ENVELOPE, **token) if modern else token)
+            assert with_token["result"]["structuredContent"] == \
+                first["result"]["structuredContent"] and lines.answered == 4
+            listed = await rpc("tools/list", {"_meta": ENVELOPE} if modern else {})
+            assert len(listed["result"]["tools"]) == len(mcp_tools.tools_for("all"))
+            assert lines.answered == 4
+            out.close()   # end of input: the server's loop ends
+    anyio.run(session)
+    assert [m["text"] for m in lobby.history(1)] == ["hi"]
+
+
+def test_line_calls_leave_to_the_sdk_what_they_do_not_answer(hub):
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    server, box, _push = build(hub.path, "lobby", "core/juno", "stdio", "all")
+    lines = server.lines
+    plain = b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"who","arguments":{}}}'
+    assert lines(plain) is None                  # the SDK has not passed a call yet
+    lines.accept("core/juno", "2025-11-25", {"name": "who", "arguments": {}})
+    reply = json.loads(lines(plain))
+    assert reply["id"] == 3 and reply["result"]["structuredContent"]["agents"]
+    for line in (b"not json", b"[1]",
+                 b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"who"}}',
+                 b'{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"who"}}',
+                 b'{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{}}',
+                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
+                 b'"arguments":[]}}',
+                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
+                 b'"task":{"ttl":5}}}',
+                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
+                 b'"_meta":{"progressToken":1}}}'):
+        assert lines(line) is None, line
+    box.bound = "core/kilo"       # a register rebound the session: the SDK first
+    assert lines(plain) is None
+    assert lines.answered == 1
