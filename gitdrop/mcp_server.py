@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import typing
 
 import anyio
@@ -301,17 +302,20 @@ class Push:
         self.box = box
         self.bus = bus
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = 0
         self.notifier = None
         self.watched: dict[str, object] = {}   # agent → unsubscribe
         self.legacy: dict[str, tuple[str, object]] = {}  # session key → (agent, session)
         self.subs: dict[str, set[str]] = {}    # session key → subscribed URIs (legacy)
+        self.wire = None   # stdio: writes a line to the client (set by _run_stdio)
         self._tasks: set = set()
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
         try:
             from .notifier import Notifier
-            self.notifier = Notifier(self.box.hub_spec).start()
+            self.notifier = Notifier(self.box.hub_spec).start(self.loop)
         except Exception as e:  # serve without push rather than not at all
             sys.stderr.write(f"gitdrop: push notifications off ({type(e).__name__}: {e})\n")
         if self.box.bound:
@@ -327,16 +331,17 @@ class Push:
         self.watched[agent] = self.notifier.subscribe(
             self.box.room_name, agent, functools.partial(self._landed, agent))
 
-    def _landed(self, agent: str, events: list) -> None:  # notifier thread
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._spawn, agent, events)
+    def _landed(self, agent: str, events: list) -> None:
+        """The notifier's callback: on the loop for a local hub (its events are read
+        there), on a thread for a remote one."""
+        if self.loop is None or self.loop.is_closed():
+            return
+        if threading.get_ident() == self.loop_thread:
+            self.deliver(agent, events)
+        else:
+            self.loop.call_soon_threadsafe(self.deliver, agent, events)
 
-    def _spawn(self, agent, events) -> None:
-        task = asyncio.ensure_future(self.deliver(agent, events))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def deliver(self, agent: str, events: list) -> None:
+    def deliver(self, agent: str, events: list) -> None:  # on the loop
         uris = {inbox_uri(agent)}
         tasks = {f"gitdrop://tasks/{ev['task']}" for ev in events if ev.get("task")}
         if tasks:
@@ -347,13 +352,28 @@ class Push:
         for key, (owner, session) in list(self.legacy.items()):
             if owner != agent:
                 continue
-            try:
-                for uri in sorted(uris & self.subs.get(key, set())):
-                    await session.send_resource_updated(uri)
-                await session.send_tool_list_changed()
-            except Exception:  # the session is gone
-                self.legacy.pop(key, None)
-                self.subs.pop(key, None)
+            subscribed = sorted(uris & self.subs.get(key, set()))
+            if key == "stdio" and self.wire is not None:
+                # The two notifications as the SDK writes them, written here: its
+                # session path (a task, pydantic) cost the receiving server 0.2 ms
+                # just as its agent's next call arrived.
+                for uri in subscribed:
+                    self.wire(b'{"jsonrpc":"2.0","method":"notifications/resources/updated",'
+                              b'"params":{"uri":%s}}\n' % json.dumps(uri).encode())
+                self.wire(b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n')
+                continue
+            task = asyncio.ensure_future(self._tell(key, session, subscribed))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _tell(self, key: str, session, uris: list) -> None:
+        try:
+            for uri in uris:
+                await session.send_resource_updated(uri)
+            await session.send_tool_list_changed()
+        except Exception:  # the session is gone
+            self.legacy.pop(key, None)
+            self.subs.pop(key, None)
 
     # --- legacy sessions ------------------------------------------------------
     def track(self, key: str, agent: str, session) -> None:
@@ -516,7 +536,7 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     server = GitdropServer("gitdrop", instructions=_instructions(box),
                            version=_version(), subscriptions=bus, log_level="WARNING",
                            middleware=[_identify(box, push, calls, stamp, lines)])
-    server.lines = lines
+    server.lines, server.push = lines, push
     for name in names:
         fn = getattr(box, name)
         server.add_tool(_schema_only(fn), name=name, description=_describe(fn),
@@ -615,6 +635,10 @@ class _WireOut:
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = writer
 
+    def line(self, data: bytes) -> None:
+        """Write one whole line the caller serialized."""
+        self.writer.write(data)
+
     async def send(self, item) -> None:
         self.writer.write(item.message.model_dump_json(by_alias=True, exclude_unset=True)
                           .encode("utf-8") + b"\n")
@@ -667,6 +691,7 @@ async def _run_stdio(server: GitdropServer) -> None:
     low = server._lowlevel_server
     streams = await _pipes(server.lines)
     if streams is not None:
+        server.push.wire = streams[1].line
         await low.run(*streams, low.create_initialization_options())
         return
     from mcp.server.stdio import stdio_server

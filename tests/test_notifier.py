@@ -480,3 +480,54 @@ def test_a_hub_without_rooms_is_watched_from_its_first_room_on(tmp_path):
         h.archive_room("fresh", "core/juno")
         time.sleep(0.3)
     assert [e["text"] for e in got] == ["first words", "again"]
+
+
+def test_on_an_event_loop_the_loop_reads_and_scans(tmp_path):
+    """start(loop): the inotify descriptor is read by the asyncio loop (the MCP
+    server's), so scans and callbacks run on the loop's thread, after whatever the
+    loop was doing; the first room is followed; one ref move is one scan; stop()
+    closes the descriptor."""
+    import asyncio
+    from gitdrop import hub as hubmod
+    h = hubmod.init(str(tmp_path / "hub.git"), room="")
+    got, threads = [], set()
+
+    def landed(evs):
+        threads.add(threading.get_ident())
+        got.extend(evs)
+
+    async def main():
+        n = Notifier(h.store.path)
+        n.subscribe("fresh", "core/kai", landed)
+        n.start(asyncio.get_running_loop())
+        fd = n._observer.fd
+
+        def writes():
+            h.create_room("hub/admin", "fresh", open_=True)
+            room = h.room("fresh")
+            room.register("core/juno", ["lead"])
+            room.register("core/kai")
+            room.send("core/juno", "kai", "first words")
+            return room
+        try:
+            room = await asyncio.to_thread(writes)
+            for _ in range(200):
+                if got:
+                    break
+                await asyncio.sleep(0.01)
+            assert [e["text"] for e in got] == ["first words"]
+            scans = n.scans
+            await asyncio.to_thread(room.send, "core/juno", "kai", "again")
+            for _ in range(200):
+                if len(got) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert [e["text"] for e in got] == ["first words", "again"]
+            assert n.scans - scans == 1           # one ref move, one scan
+        finally:
+            n.stop()
+        with pytest.raises(OSError):
+            os.fstat(fd)
+        return threading.get_ident()
+    loop_thread = asyncio.run(main())
+    assert threads == {loop_thread}
