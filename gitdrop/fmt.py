@@ -77,7 +77,8 @@ def _array(raw: str):
 
 
 def _plain(s: str) -> bool:
-    return all(ch >= " " for ch in s)
+    """No control character below a space (for ASCII, isprintable says it at C speed)."""
+    return (s.isascii() and s.isprintable()) or all(ch >= " " for ch in s)
 
 
 def loads_toml(text: str) -> dict:
