@@ -5,7 +5,7 @@ random agents; gitdrop must accept exactly what the model accepts."""
 import shutil
 import tempfile
 
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from gitdrop import hub as hubmod
@@ -180,3 +180,14 @@ def test_move_to_a_target_state(tmp_path):
         r.move_task_to(CODERS[0], t, "completed")
     assert e.value.rule == "task-state-machine" and "submit (→ review)" in e.value.fix
     assert r.move_task_to(LEAD, t, "cancelled")["state"] == "cancelled"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(st.characters(min_codepoint=97, max_codepoint=122), min_size=1),
+                       st.one_of(st.text(), st.integers(-10**12, 10**12), st.booleans(),
+                                 st.lists(st.text(), max_size=4))))
+def test_the_toml_subset_reads_back_what_it_writes(data):
+    """Any text (control characters, quotes, non-ASCII, DEL) survives a write and a
+    read of the TOML subset unchanged."""
+    from gitdrop import fmt
+    assert fmt.loads_toml(fmt.dumps_toml(data)) == data
