@@ -455,7 +455,7 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp, lines: "LineCal
                                    "token (Authorization: Bearer <token>; register gives it)")
                 listener = _LISTENER.set(caller.agent)
             if _answerable(ctx):
-                if caller.agent:
+                if caller.agent and box.transport == "stdio":
                     lines.accept(caller.agent, ctx.protocol_version, ctx.params)
                 return answer(calls, ctx.params, ctx.protocol_version, stamp)
             return await call_next(ctx)
