@@ -270,13 +270,17 @@ class Notifier:
         events are read and scanned on that loop (its thread): call stop() there."""
         if self.remote:
             self._spawn(self._poll_loop, "gitdrop-poll")
-        elif loop is not None:
-            self._observer = _LoopRefWatch(self.git_dir, self._scan_safely, loop)
         else:
-            try:
-                self._observer = _RefWatch(self.git_dir, self._scan_safely)
-            except ImportError:   # watchdog before 7: its observer
-                self._observer = self._observe()
+            if loop is not None:
+                try:
+                    self._observer = _LoopRefWatch(self.git_dir, self._scan_safely, loop)
+                except ImportError:   # no inotify here (macOS, say): watchdog's thread
+                    pass
+            if self._observer is None:
+                try:
+                    self._observer = _RefWatch(self.git_dir, self._scan_safely)
+                except ImportError:   # watchdog before 7, or no inotify: its observer
+                    self._observer = self._observe()
         self._spawn(self._scan_loop, "gitdrop-notify")
         self._dirty.set()  # anything that landed between subscribe() and the watch
         return self
