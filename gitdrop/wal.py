@@ -235,35 +235,40 @@ def _take_back(log: "Log", tail: int, seq: int) -> None:
 
 
 class _Syncer:
-    """A thread that runs the log's fdatasync while the writing thread does other
-    work of the same write (its loose files): the disk's flush (~0.35 ms here)
-    and the file creations (~0.1 ms per object) overlap instead of adding up."""
+    """A thread that does other work of a write (its loose files) while the writing
+    thread waits in the log's fdatasync: the disk's flush (~0.4 ms here) and the
+    file creations (~0.06 ms per object) overlap instead of adding up. The sync is
+    the caller's because fdatasync lets go of the GIL for its whole length, so the
+    helper's Python runs freely; with the roles the other way round the helper
+    could not get the GIL to start its sync until the caller's file writes were
+    over (in a server, where the hand-off is slow, nothing overlapped)."""
 
     def __init__(self):
         self.pid = os.getpid()
         self.go, self.done = _thread.allocate_lock(), _thread.allocate_lock()
         self.go.acquire()
         self.done.acquire()
-        self.fd, self.error = -1, None
+        self.work, self.error = None, None
         _thread.start_new_thread(self._run, ())
 
     def _run(self) -> None:
         while True:
             self.go.acquire()
             try:
-                os.fdatasync(self.fd)
+                self.work()
                 self.error = None
             except BaseException as e:  # handed to the writer
                 self.error = e
+            self.work = None
             self.done.release()
 
     def sync_while(self, fd: int, work) -> None:
-        """fdatasync(fd) done, and work() done, here: the first error of either
-        is raised once both are over."""
-        self.fd = fd
+        """fdatasync(fd) done here, and work() done on the helper thread: the first
+        error of either is raised once both are over."""
+        self.work = work
         self.go.release()
         try:
-            work()
+            os.fdatasync(fd)
         finally:
             self.done.acquire()
         if self.error is not None:

@@ -150,18 +150,23 @@ def test_a_failed_ref_move_takes_its_record_back(tmp_path):
 
 
 def test_loose_files_are_written_while_the_log_syncs(tmp_path, monkeypatch):
-    """A write's loose files go to disk on the writer's thread while another thread
+    """A write's loose files go to disk on a helper thread while the writer's thread
     syncs the log; the ref moves only when both are done, and if the files fail
     the record is taken back and the ref stays."""
     h, r = _hub(tmp_path)
     path = h.store.path
     log = wal.for_hub(path)
-    threads = []
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (threads.append(wal._thread.get_ident()),
-                                                     real(fd))[1])
+    syncs, files = [], []
+    real_sync, real_put = os.fdatasync, durable.Writer._put
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(wal._thread.get_ident()),
+                                                     real_sync(fd))[1])
+    monkeypatch.setattr(durable.Writer, "_put", lambda *a: (
+        files.append(wal._thread.get_ident()), real_put(*a))[1])
     done = r.send("t/ann", "t/bob", "while syncing")
-    assert threads and threads[0] != wal._thread.get_ident()   # the sync ran elsewhere
+    me = wal._thread.get_ident()
+    assert syncs == [me]                                    # the sync ran here
+    assert files and me not in files                        # the files elsewhere
+    monkeypatch.undo()
     assert os.path.exists(_obj(path, done["commit"])) and h.store.room_tip("r") == done["commit"]
     before, tip = log.records()[0], h.store.room_tip("r")
 
