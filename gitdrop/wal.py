@@ -204,7 +204,7 @@ class _Append:
                 if self.during is None:
                     os.fdatasync(log.fd)
                 else:
-                    log._syncer().sync_while(log.fd, self.during)
+                    log._helper().sync_while(log.fd, self.during)
             except BaseException:
                 _take_back(log, tail, seq)
                 raise
@@ -234,7 +234,7 @@ def _take_back(log: "Log", tail: int, seq: int) -> None:
     os.pwrite(log.fd, _HINT.pack(tail, seq), _HINT_AT)
 
 
-class _Syncer:
+class _Helper:
     """A thread that does other work of a write (its loose files) while the writing
     thread waits in the log's fdatasync: the disk's flush (~0.4 ms here) and the
     file creations (~0.06 ms per object) overlap instead of adding up. The sync is
@@ -337,11 +337,11 @@ class Log:
         syncs (on another thread); if it fails, the record is taken back."""
         return _Append(self, _encode(updates, list(objects)), during)
 
-    def _syncer(self) -> _Syncer:
-        syncer = getattr(self, "_sync_thread", None)
-        if syncer is None or syncer.pid != os.getpid():   # none yet, or forked
-            syncer = self._sync_thread = _Syncer()
-        return syncer
+    def _helper(self) -> _Helper:
+        helper = getattr(self, "_helper_thread", None)
+        if helper is None or helper.pid != os.getpid():   # none yet, or forked
+            helper = self._helper_thread = _Helper()
+        return helper
 
     # --- after a crash --------------------------------------------------------------
     def records(self):
