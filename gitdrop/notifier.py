@@ -66,13 +66,17 @@ class _RefHandler:
     def dispatch(self, event) -> None:
         for p in (event.src_path, getattr(event, "dest_path", "")):
             p = os.fsdecode(p) if p else ""
-            # A lock file made, written or removed moves no ref: only a rename or
-            # swap onto the ref itself does (a write makes five events; one counts).
-            if p and not p.endswith(".lock") and (
-                    p.startswith(self.refs_dir) or
-                    os.path.basename(p).startswith("packed-refs")):
+            if p and _moves_refs(os.path.basename(p), p.startswith(self.refs_dir)):
                 self.changed()
                 return
+
+
+def _moves_refs(name: str, under_refs: bool) -> bool:
+    """Whether a file event on `name` can have moved a ref: a name under refs/, or
+    packed-refs being rewritten. A lock file made, written or removed moves no ref:
+    only a rename or swap onto the ref itself does (a write makes five events; one
+    counts)."""
+    return not name.endswith(".lock") and (under_refs or name.startswith("packed-refs"))
 
 
 class _RefEvents:
@@ -99,7 +103,7 @@ class _RefEvents:
                 self.wds[self._add(self.rooms, self.moves)] = "rooms"
                 return True
             return False
-        return not (name.endswith(".lock") or (where == "git" and not name.startswith("packed-refs")))
+        return _moves_refs(name, where != "git")
 
 
 class _RefWatch(_RefEvents):
