@@ -84,20 +84,32 @@ def _plain(s: str) -> bool:
 def loads_toml(text: str) -> dict:
     data: dict = {}
     table = data
+    tname = None
+    first: dict = {}    # (table, key) -> the line that set it
+    tables: dict = {}   # table -> the line of its header
     for n, line in enumerate(text.split("\n"), 1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
         if s.startswith("[") and s.endswith("]") and "=" not in s:
-            name = s[1:-1].strip().strip('"')
-            table = data.setdefault(name, {})
-            if not isinstance(table, dict):
-                raise FormatError(f"line {n}: [{name}] clashes with a key")
+            tname = s[1:-1].strip().strip('"')
+            if tname in tables:
+                raise FormatError(f"line {n}: table [{tname}] appears twice (first on line "
+                                  f"{tables[tname]}); put all its keys under one [{tname}] header")
+            if tname in data:
+                raise FormatError(f"line {n}: [{tname}] clashes with the key {tname!r} "
+                                  f"on line {first[None, tname]}; rename one of them")
+            tables[tname] = n
+            table = data[tname] = {}
             continue
         key, eq, raw = s.partition("=")
         key = key.strip().strip('"')
         if not eq or not key:
             raise FormatError(f"line {n}: expected key = value, got {s[:40]!r}")
+        if key in table:
+            raise FormatError(f"line {n}: {key!r} is set twice (first on line "
+                              f"{first[tname, key]}); keep only one of them")
+        first[tname, key] = n
         table[key] = _value(raw, f"line {n} ({key})")
     return data
 
