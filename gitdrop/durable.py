@@ -19,7 +19,7 @@ import hashlib
 import os
 import zlib
 
-from . import wal
+from . import locks, wal
 from .wal import fsync_path as _fsync_path
 
 METHODS = ("wal", "fsync", "none")
@@ -153,25 +153,22 @@ class Writer:
 
     def move_ref(self, ref: str, expected: str, new: str) -> bool:
         """Compare-and-swap `ref` from `expected` ("" = absent) to `new`, after
-        making every object written so far durable. False if it moved or is locked."""
+        making every object written so far durable. False if it moved or is locked
+        (a lock whose owner is dead is cleared first: gitdrop.locks)."""
         path = os.path.join(self.git_dir, ref)
         lock = path + ".lock"
         d = os.path.dirname(path)
-        try:
-            try:
-                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileNotFoundError:  # the first ref in its directory
-                os.makedirs(d, exist_ok=True)
-                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
+        fd = locks.take(lock)   # flocked until it is renamed or removed
+        if fd is None:
+            # Someone's lock: a live writer's (a lost race), or a dead one's, cleared
+            # here once it is old enough (waiting for that, so the next write after
+            # a kill goes through). Either way the ref may have moved: build again.
+            locks.clear(self.git_dir, ref)
             return False
         try:
-            try:
-                if self.current(ref) != expected:
-                    return False
-                os.write(fd, new.encode() + b"\n")
-            finally:
-                os.close(fd)
+            if self.current(ref) != expected:
+                return False
+            os.write(fd, new.encode() + b"\n")
             if self.log is not None:
                 try:
                     with self.log.append([(ref, expected, new)], self.logged.items(),
@@ -182,23 +179,27 @@ class Writer:
                 except wal.TooBig:
                     self.settle()
                     self._fsync_named()
-                    _fsync_path(lock)
+                    os.fsync(fd)
             elif self.method == "fsync":
-                _fsync_path(lock)
+                os.fsync(fd)
                 for nd in self.new_dirs:
                     _fsync_path(os.path.dirname(nd))
-            _into_place(lock, path, swap=self.method == "wal")
+            # Renamed over, not swapped: outside the log's lock, the lock's path must
+            # never name an unlocked file while its owner lives.
+            _into_place(lock, path, swap=False)
             lock = ""
             self.new_dirs.clear()
             if self.method != "none":
                 _fsync_path(d)
             return True
         finally:
-            if lock:
-                try:
+            try:
+                if lock:
                     os.unlink(lock)
-                except FileNotFoundError:
-                    pass
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def method_for(cfg, path: str) -> str:

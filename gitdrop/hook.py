@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from . import wal
+from . import locks, wal
 from .catfile import CatFile
 from .errors import Refusal
 from .verify import check_commits
@@ -20,10 +20,16 @@ def main() -> int:
     updates = [line.split() for line in sys.stdin.read().splitlines() if line.strip()]
     reader = CatFile()
     now = int(time.time())
+    git_dir = os.environ.get("GIT_DIR", ".")
     try:
-        wal.ensure(os.environ.get("GIT_DIR", "."))   # after a crash: the log first
+        wal.ensure(git_dir)   # after a crash: the log first
         for old, new, ref in updates:
             check_commits(reader, ref, old, new, now, pusher())
+        for _old, _new, ref in updates:
+            # git locks the refs once this hook has said yes; a lock a killed
+            # process left would make it refuse: cleared if its owner is dead.
+            if os.path.exists(os.path.join(git_dir, ref + ".lock")):
+                locks.clear(git_dir, ref)
     except Refusal as e:
         sys.stderr.write(e.render() + "\n")
         return 1

@@ -349,13 +349,17 @@ class Hub:
         """Move (or, with to=None, delete) a room's ref atomically: both refs are locked
         first and the tip is read under the lock, so no writer can slip a commit in
         between (a writer that finds the lock taken retries and then finds no room)."""
+        from . import locks
         repo = self.store.repo
         for _ in range(tries):
             tx = repo.transaction()
+            held = []   # libgit2 takes no flock: ours, so no one takes them for dead
             try:
                 tx.lock_ref(ref)
+                held.append(locks.hold(self.store.path, ref))
                 if to:
                     tx.lock_ref(to)
+                    held.append(locks.hold(self.store.path, to))
                 tip = self.store.tip(ref)
                 if not tip:
                     raise NotFound(f"no ref {ref}", "gitdrop room list --all")
@@ -373,9 +377,15 @@ class Hub:
                     tx.commit()
                 return tip
             except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
+                for r in (ref, to) if to else (ref,):   # or a dead one held it: cleared
+                    if os.path.exists(os.path.join(self.store.path, r + ".lock")):
+                        locks.clear(self.store.path, r)
                 time.sleep(0.002)
             finally:
                 tx.__exit__(RuntimeError, None, None)   # frees it; commits nothing more
+                for fd in held:
+                    if fd is not None:
+                        os.close(fd)
         raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
 
     def _view_at(self, room: str, tip: str) -> RoomView:

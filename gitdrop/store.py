@@ -9,7 +9,7 @@ import os
 
 import pygit2
 
-from . import durable, model, wal, walkmemo
+from . import durable, locks, model, wal, walkmemo
 from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
 from .errors import NotFound, Refusal
 from .view import CommitData, changes_between, diff_trees  # noqa: F401 (re-export)
@@ -170,6 +170,10 @@ class Store(BaseStore):
             r.set_target(new, f"gitdrop: {why}")
             return True
         except (pygit2.AlreadyExistsError, pygit2.GitError, OSError):
+            # Locked, most likely: by a live writer (a lost race), or by a dead one,
+            # whose lock is cleared once it is old enough (gitdrop.locks).
+            if os.path.exists(os.path.join(self.path, ref + ".lock")):
+                locks.clear(self.path, ref)
             return False
 
     def move_ref(self, old_ref: str, new_ref: str) -> str:

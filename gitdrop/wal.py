@@ -179,42 +179,14 @@ class _Append:
     def __init__(self, log: "Log", payload: bytes, during=None):
         self.log, self.payload, self.during = log, payload, during
 
-    def _record(self, lap: int, seq: int) -> bytes:
-        p = self.payload
-        return _REC.pack(REC_MAGIC, lap, seq, len(p),
-                         zlib.crc32(struct.pack("<QQ", lap, seq) + p)) + p
-
     def __enter__(self):
         log = self.log
         log._lock()
         try:
-            lap, _, size = log._head()
-            tail, seq = _HINT.unpack(os.pread(log.fd, _HINT.size, _HINT_AT))
-            rec = self._record(lap, seq)
-            if HEADER + len(rec) > size:
-                raise TooBig(f"{len(rec)} bytes")
-            if tail < HEADER or tail + len(rec) > size:
-                _syncfs(log.fd)
-                lap += 1
-                log._new_lap(lap, seq)
-                tail = HEADER
-                rec = self._record(lap, seq)
-            os.pwrite(log.fd, rec, tail)
-            try:
-                if self.during is None:
-                    os.fdatasync(log.fd)
-                else:
-                    log._helper().sync_while(log.fd, self.during)
-            except BaseException:
-                _take_back(log, tail, seq)
-                raise
-            # Past this record before the ref moves: a writer killed in between must
-            # not have its record (and the objects a later commit builds on) overwritten.
-            os.pwrite(log.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
+            self.tail, self.seq = log._write(self.payload, self.during)
         except BaseException:
             log._unlock()
             raise
-        self.tail, self.seq = tail, seq
         return self
 
     def __exit__(self, kind, value, tb):
@@ -225,6 +197,11 @@ class _Append:
         finally:
             log._unlock()
         return False
+
+
+def _record(payload: bytes, lap: int, seq: int) -> bytes:
+    return _REC.pack(REC_MAGIC, lap, seq, len(payload),
+                     zlib.crc32(struct.pack("<QQ", lap, seq) + payload)) + payload
 
 
 def _take_back(log: "Log", tail: int, seq: int) -> None:
@@ -336,6 +313,44 @@ class Log:
         record is taken back. `during()`, if given, runs on entry while the log
         syncs (on another thread); if it fails, the record is taken back."""
         return _Append(self, _encode(updates, list(objects)), during)
+
+    def _write(self, payload: bytes, during=None) -> tuple[int, int]:
+        """Write one record after the last and sync it (the caller holds the lock).
+        Returns where it went (offset, sequence number), for a take-back."""
+        lap, _, size = self._head()
+        tail, seq = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))
+        rec = _record(payload, lap, seq)
+        if HEADER + len(rec) > size:
+            raise TooBig(f"{len(rec)} bytes")
+        if tail < HEADER or tail + len(rec) > size:
+            _syncfs(self.fd)
+            lap += 1
+            self._new_lap(lap, seq)
+            tail = HEADER
+            rec = _record(payload, lap, seq)
+        os.pwrite(self.fd, rec, tail)
+        try:
+            if during is None:
+                os.fdatasync(self.fd)
+            else:
+                self._helper().sync_while(self.fd, during)
+        except BaseException:
+            _take_back(self, tail, seq)
+            raise
+        # Past this record before the ref moves: a writer killed in between must
+        # not have its record (and the objects a later commit builds on) overwritten.
+        os.pwrite(self.fd, _HINT.pack(tail + len(rec), seq + 1), _HINT_AT)
+        return tail, seq
+
+    def last_update(self, ref: str) -> str | None:
+        """The value the current lap's last record for `ref` gave it ("" = deleted),
+        or None if no record of the lap names it."""
+        last = None
+        for _seq, updates, _objects in self.records()[0]:
+            for r, _old, new in updates:
+                if r == ref:
+                    last = new
+        return last
 
     def _helper(self) -> _Helper:
         helper = getattr(self, "_helper_thread", None)
@@ -488,19 +503,46 @@ def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
     if cur and _descends(reader, cur, new, stop=old):
         return
     path = os.path.join(git_dir, ref)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = path + ".lock"
-    for _ in range(1000):   # a live writer of this boot (a push) holds it a moment
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    from . import locks
+    deadline = time.monotonic() + 10
+    while True:
+        fd = locks.take(lock)
+        if fd is not None:
             break
-        except FileExistsError:
+        # A live writer of this boot (a push) holds it a moment; a dead one's is
+        # cleared (not through the log: this is the log's replay).
+        if locks.clear(git_dir, ref, log=False) in ("held", "young"):
+            if time.monotonic() > deadline:
+                raise OSError(f"{lock} stays locked: cannot replay the log onto {ref}; "
+                              "remove the lock if no git process is running, and retry")
             time.sleep(0.005)
-    else:
-        raise OSError(f"{lock} stays locked: cannot replay the log onto {ref}; "
-                      "remove the lock if no git process is running, and retry")
     try:
         os.write(fd, new.encode() + b"\n")
+        os.replace(lock, path)
     finally:
         os.close(fd)
-    os.replace(lock, path)
+
+
+def settle_dead(git_dir: str, ref: str, unlink) -> bool:
+    """A lock on `ref` whose owner is dead is being removed (`unlink()`, which says
+    whether it removed it). The dead writer may have logged its write and died
+    before moving the ref: left in the log, that record would be replayed after a
+    later crash and put the ref back on a commit nobody acknowledged, over what
+    came after it (a push, which is not logged). So, under the log's lock, if the
+    lap's last record for the ref gives it another value than it holds, a record
+    that the ref holds its present value goes after it, durably, before the lock
+    goes (the dead write is dropped, as it was never acknowledged)."""
+    if not os.path.exists(path_for(git_dir)):
+        return unlink()
+    log = for_hub(git_dir)
+    log._lock()
+    try:
+        cur = _read_ref(git_dir, ref)
+        if cur is not None:
+            last = log.last_update(ref)
+            if last is not None and last != cur:
+                log._write(_encode([(ref, cur, cur)], []))
+        return unlink()
+    finally:
+        log._unlock()

@@ -10,7 +10,7 @@ import textwrap
 import pygit2
 import pytest
 
-from gitdrop import durable, hub as hubmod
+from gitdrop import durable, hub as hubmod, locks
 from gitdrop.errors import Refusal
 from gitdrop.store import Store
 
@@ -82,10 +82,13 @@ def test_a_held_lock_is_a_lost_race(tmp_path):
     tip = h.store.tip(ref)
     w = durable.Writer(h.store.path, "wal")
     lock = os.path.join(h.store.path, ref + ".lock")
-    open(lock, "w").close()
+    fd = locks.take(lock)                       # a live gitdrop writer's: flocked
+    os.utime(lock, (1, 1))                      # however old it is
     assert not w.move_ref(ref, tip, tip)
     assert os.path.exists(lock)                 # someone else's lock is left alone
-    os.remove(lock)
+    os.close(fd)                                # its owner dies (the flock goes with it)
+    assert not w.move_ref(ref, tip, tip)        # a lost race, but the dead lock is gone
+    assert not os.path.exists(lock)
     assert w.move_ref(ref, tip, tip)
 
 

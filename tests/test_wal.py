@@ -279,18 +279,26 @@ hub.Hub({path!r}).room("r").send("t/ann", "t/bob", "never acknowledged")
 
 def test_a_writer_killed_after_logging_keeps_its_record(tmp_path):
     """Its record stays (the next one goes after it), so a later write that the
-    killed one's objects might underlie is replayed whole; the last write wins."""
+    killed one's objects might underlie is replayed whole; the last write wins.
+    The lock it left is cleared by the next writer, which first logs that the ref
+    still holds what it held (the dead write is dropped: never acknowledged)."""
     h, r = _hub(tmp_path)
     path = h.store.path
     ref = h.store.room_ref("r")
     log = wal.for_hub(path)
     n = len(log.records()[0])
+    before = h.store.room_tip("r")
     p = subprocess.run([sys.executable, "-c", KILLED.format(root=ROOT, path=path)])
     assert p.returncode == 9
     assert len(log.records()[0]) == n + 1
-    os.remove(os.path.join(path, ref + ".lock"))   # the dead writer's lock
-    r.send("t/ann", "t/bob", "acknowledged")
-    assert len(log.records()[0]) == n + 2          # after it, not over it
+    lock = os.path.join(path, ref + ".lock")
+    assert os.path.exists(lock)                    # the dead writer's lock
+    os.utime(lock, (1, 1))                         # past the grace period
+    r.send("t/ann", "t/bob", "acknowledged")       # no person needed
+    assert not os.path.exists(lock)
+    records = log.records()[0]
+    assert len(records) == n + 3                   # after it, not over it
+    assert records[-2][1] == [(ref, before, before)]
     tip = h.store.room_tip("r")
     _reboot(path)
     h2 = hubmod.Hub(path)
