@@ -58,6 +58,15 @@ class Conflict(GitdropError):
     exit_code = 6
 
 
+class Damaged(GitdropError):
+    """A file of the hub is damaged or unusable (a ref that names no commit, a log
+    that cannot be opened): the reason says which, the fix what to do (gitdrop
+    repair puts a ref back)."""
+
+    rule = "damaged"
+    exit_code = 8
+
+
 class UsageError(GitdropError):
     rule = "usage"
     exit_code = 2

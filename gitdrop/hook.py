@@ -7,7 +7,7 @@ import time
 
 from . import locks, wal
 from .catfile import CatFile
-from .errors import Refusal
+from .errors import GitdropError
 from .verify import check_commits
 
 
@@ -30,7 +30,7 @@ def main() -> int:
             # process left would make it refuse: cleared if its owner is dead.
             if os.path.exists(os.path.join(git_dir, ref + ".lock")):
                 locks.clear(git_dir, ref)
-    except Refusal as e:
+    except GitdropError as e:   # a refusal, or a damaged hub file (what to do)
         sys.stderr.write(e.render() + "\n")
         return 1
     except Exception as e:  # a bug must not let a push through unchecked

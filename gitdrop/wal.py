@@ -253,21 +253,45 @@ class _Helper:
             raise error
 
 
+class Damaged(Exception):
+    """The log's file is not a whole gitdrop log (a bad header, cut short)."""
+
+
 class Log:
     def __init__(self, git_dir: str):
         self.git_dir = git_dir
+        self.path = path_for(git_dir)
+        self.recovered = ""   # where a damaged log was kept, once this handle replaced it
         self._threads = _thread.allocate_lock()
-        self.fd = os.open(path_for(git_dir), os.O_RDWR)
+        try:
+            self.fd = os.open(self.path, os.O_RDWR)
+        except OSError as e:
+            from .errors import Damaged as Unusable
+            raise Unusable(
+                f"cannot open the hub's write-ahead log {self.path}: {e.strerror}",
+                "give the user running gitdrop read and write access to it" if
+                isinstance(e, PermissionError) else
+                f"move it aside (mv {self.path} {self.path}.bad); the next gitdrop "
+                f"command makes a new one") from None
         self._check_boot()
 
     # --- the header ---------------------------------------------------------------
     def _head(self) -> tuple[int, str, int]:
         raw = os.pread(self.fd, _HEAD.size + 4, 0)
+        if len(raw) < _HEAD.size + 4:
+            raise Damaged("cut short: no header")
         magic, lap, boot, size = _HEAD.unpack_from(raw)
         if magic != MAGIC or struct.unpack_from("<I", raw, _HEAD.size)[0] != zlib.crc32(
                 raw[:_HEAD.size]):
-            raise OSError(f"{path_for(self.git_dir)} is not a gitdrop log (bad header)")
+            raise Damaged("bad header")
         return lap, boot.rstrip(b"\0").decode(), size
+
+    def _whole_head(self) -> tuple[int, str, int]:
+        """The header, and the file as long as the header says (checked on open)."""
+        head = self._head()
+        if os.fstat(self.fd).st_size < head[2]:
+            raise Damaged(f"cut short: {os.fstat(self.fd).st_size} of {head[2]} bytes")
+        return head
 
     def _new_lap(self, lap: int, seq: int) -> None:
         """Start lap `lap` at the top; the caller has made every record before it
@@ -281,10 +305,32 @@ class Log:
         # flock excludes other processes only (threads share this descriptor).
         self._threads.acquire()
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            while True:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                if self._current():
+                    return
+                # Another process put a new log in place of a damaged one (or the
+                # file was removed): use the one at the path now.
+                try:
+                    fd = os.open(self.path, os.O_RDWR)
+                except FileNotFoundError:
+                    create(self.git_dir)
+                    fd = os.open(self.path, os.O_RDWR)
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                os.close(self.fd)
+                self.fd = fd
         except BaseException:
             self._threads.release()
             raise
+
+    def _current(self) -> bool:
+        """Does the log's path still name the file this handle has open?"""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        own = os.fstat(self.fd)
+        return st.st_ino == own.st_ino and st.st_dev == own.st_dev
 
     def _unlock(self) -> None:
         try:
@@ -293,17 +339,106 @@ class Log:
             self._threads.release()
 
     def _check_boot(self) -> None:
-        if self._head()[1] == boot_id():
-            return
+        try:
+            if self._whole_head()[1] == boot_id():
+                return
+        except Damaged:
+            pass   # looked at again under the lock, and mended there
         self._lock()
         try:
-            if self._head()[1] != boot_id():
+            try:
+                boot = self._whole_head()[1]
+            except Damaged as e:
+                self._recover(str(e))
+                boot = self._head()[1]
+            if boot != boot_id():
                 n = self.replay()
                 sys.stderr.write(f"gitdrop: the machine restarted since this hub was last "
                                  f"written; replayed {n} logged write(s) from "
-                                 f"{path_for(self.git_dir)}\n")
+                                 f"{self.path}\n")
         finally:
             self._unlock()
+
+    # --- a damaged log ------------------------------------------------------------
+    def _recover(self, why: str) -> None:
+        """Put a new log in place of this damaged one (the caller holds its lock),
+        keeping the damaged file beside it, and say so on stderr.
+
+        The log only matters after a crash: refs and objects never depend on it
+        while the machine runs (a process that dies leaves the page cache, and so
+        every write, intact). So if the damaged log was last written in this boot,
+        nothing is lost. If the machine restarted since, the records that are still
+        whole are carried into the new log and replayed; a write whose record was
+        damaged may be lost, and the message says what to check."""
+        st = os.fstat(self.fd)
+        raw = os.pread(self.fd, HEADER, 0)
+        boot = ""
+        if len(raw) >= _HEAD.size and raw[:len(MAGIC)] == MAGIC:
+            b = raw[16:52].rstrip(b"\0")
+            if len(b) == 36 and not b.decode("latin-1").strip("0123456789abcdef-"):
+                boot = b.decode()
+        restarted = boot != boot_id() if boot else st.st_mtime < _boot_time()
+        size = DEFAULT_SIZE
+        if len(raw) >= _HEAD.size and raw[:len(MAGIC)] == MAGIC:
+            declared = _HEAD.unpack_from(raw)[3]
+            if HEADER * 4 <= declared <= 1 << 34:
+                size = declared
+        records, lap, end = ([], 1, HEADER)
+        if restarted:
+            try:   # a whole header (the file was cut short) says which lap is current
+                known = self._head()[0]
+            except Damaged:
+                known = None
+            records, end, lap = _scan(self.fd, known, min(size, st.st_size))
+            lap = lap or 1
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = f"{self.path}.damaged-{stamp}"
+        if os.path.exists(aside):
+            aside += f"-{os.getpid()}"
+        os.link(self.path, aside)   # the damaged file stays at the path until replaced
+        # The new log: the surviving records at the top, and a header that says
+        # "replay me" (no boot id) if there are any.
+        tmp = f"{self.path}.new{os.getpid()}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            seq = records[-1][0] + 1 if records else 0
+            head = _header(lap, "" if records else boot_id(), size).ljust(_HINT_AT, b"\0") + \
+                _HINT.pack(end, seq)
+            os.write(fd, head.ljust(HEADER, b"\0"))
+            if end > HEADER:
+                os.write(fd, os.pread(self.fd, end - HEADER, HEADER))
+            chunk = b"\0" * (1 << 20)
+            left = size - end
+            while left > 0:
+                left -= os.write(fd, chunk[:left])
+            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)   # ours before anyone can open it
+            os.rename(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        fsync_path(os.path.dirname(self.path))
+        old, self.fd = self.fd, fd
+        fcntl.flock(old, fcntl.LOCK_UN)     # waiters find the new file (_lock)
+        os.close(old)
+        self.recovered = aside
+        head = f"gitdrop: the hub's log {self.path} was damaged ({why}); it is kept as " \
+               f"{aside} and a new log took its place."
+        if not restarted:
+            sys.stderr.write(f"{head} Nothing was lost: the machine has not restarted "
+                             f"since the log was last written, so every logged write is in "
+                             f"the refs and objects already.\n")
+            return
+        n = self.replay()
+        sys.stderr.write(f"{head} The machine restarted since it was last written: "
+                         f"{n} logged write(s) survived and were replayed; a write whose "
+                         f"record was damaged may be lost. Check the hub with: git "
+                         f"--git-dir {self.git_dir} fsck --full; then gitdrop --hub "
+                         f"{self.git_dir} repair\n")
 
     # --- writing ------------------------------------------------------------------
     def append(self, updates, objects=(), during=None) -> "_Append":
@@ -317,7 +452,11 @@ class Log:
     def _write(self, payload: bytes, during=None) -> tuple[int, int]:
         """Write one record after the last and sync it (the caller holds the lock).
         Returns where it went (offset, sequence number), for a take-back."""
-        lap, _, size = self._head()
+        try:
+            lap, _, size = self._head()
+        except Damaged as e:   # damaged while this process had it open
+            self._recover(str(e))
+            lap, _, size = self._head()
         tail, seq = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))
         rec = _record(payload, lap, seq)
         if HEADER + len(rec) > size:
@@ -360,21 +499,11 @@ class Log:
 
     # --- after a crash --------------------------------------------------------------
     def records(self):
-        """The records of the current lap, in order: [(seq, updates, objects)]."""
+        """The records of the current lap, in order: [(seq, updates, objects)], and
+        where they end."""
         lap, _, size = self._head()
-        out, at, want = [], HEADER, None
-        while at + _REC.size <= size:
-            magic, rlap, seq, ln, crc = _REC.unpack(os.pread(self.fd, _REC.size, at))
-            if magic != REC_MAGIC or rlap != lap or (want is not None and seq != want) or \
-                    at + _REC.size + ln > size:
-                break
-            payload = os.pread(self.fd, ln, at + _REC.size)
-            if zlib.crc32(struct.pack("<QQ", rlap, seq) + payload) != crc:
-                break   # torn: its fdatasync never returned, so nothing came after it
-            out.append((seq,) + _decode(payload))
-            at += _REC.size + ln
-            want = seq + 1
-        return out, at
+        records, end, _ = _scan(self.fd, lap, size)
+        return records, end
 
     def replay(self) -> int:
         """Bring objects and refs up to the log (caller holds the lock); start a new
@@ -400,6 +529,29 @@ class Log:
         seq = records[-1][0] + 1 if records else 0
         self._new_lap(lap + 1, seq)
         return len(records)
+
+
+def _scan(fd: int, lap: int | None, size: int):
+    """The records from the top of the log while they follow on (one lap, one
+    sequence, whole; `lap` None: the first record's lap): (records, end, lap)."""
+    out, at, want = [], HEADER, None
+    while at + _REC.size <= size:
+        head = os.pread(fd, _REC.size, at)
+        if len(head) < _REC.size:
+            break
+        magic, rlap, seq, ln, crc = _REC.unpack(head)
+        if lap is None and magic == REC_MAGIC:
+            lap = rlap
+        if magic != REC_MAGIC or rlap != lap or (want is not None and seq != want) or \
+                at + _REC.size + ln > size:
+            break
+        payload = os.pread(fd, ln, at + _REC.size)
+        if len(payload) < ln or zlib.crc32(struct.pack("<QQ", rlap, seq) + payload) != crc:
+            break   # torn: its fdatasync never returned, so nothing came after it
+        out.append((seq,) + _decode(payload))
+        at += _REC.size + ln
+        want = seq + 1
+    return out, at, lap
 
 
 def _boot_time() -> float:

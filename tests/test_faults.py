@@ -1,0 +1,275 @@
+"""What a killed process or a damaged file leaves, and how gitdrop gets past it
+without a person: a ref lock whose owner is dead is cleared (and the log told), a
+damaged write-ahead log is rebuilt, a damaged ref is named with the value to put
+back, and `gitdrop repair` mends what is left."""
+
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from cli_helpers import Gitdrop
+
+from gitdrop import hub as hubmod, locks, wal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REF = "refs/heads/rooms/r"
+
+
+def _git(path, *args, cwd=None, env=None):
+    return subprocess.run(["git", *(["--git-dir", str(path)] if path else []), *args],
+                          capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, **(env or {})))
+
+
+def _fsck(path):
+    p = _git(path, "fsck", "--full", "--strict", "--no-dangling")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def _hub(tmp_path, method="wal", grace=None):
+    path = str(tmp_path / "hub.git")
+    h = hubmod.init(path, room="")
+    if method != "wal":
+        h.store.repo.config["gitdrop.fsyncMethod"] = method
+    if grace is not None:
+        h.store.repo.config["gitdrop.staleLockSeconds"] = str(grace)
+    h = hubmod.Hub(path)
+    assert h.store.method == method
+    h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
+    r = h.room("r")
+    r.register("t/ann", ["lead"])
+    r.register("t/bob")
+    return h, r
+
+
+def _cli(h, tmp_path, agent="t/ann"):
+    return Gitdrop(h.store.path, str(tmp_path), agent)
+
+
+def _reboot(path):
+    """What the next boot sees: another boot id in the log's header, and this
+    process's handle on the log forgotten."""
+    log = wal.for_hub(str(path))
+    lap, _, size = log._head()
+    os.pwrite(log.fd, wal._header(lap, "0" * 36, size), 0)
+    _forget(path)
+
+
+def _forget(path):
+    for key in [k for k in wal._OPEN if k[1] in (str(path), os.path.realpath(path))]:
+        del wal._OPEN[key]
+
+
+def _lock(h, ref=REF):
+    return os.path.join(h.store.path, ref + ".lock")
+
+
+def _stale(path, age=60):
+    """A lock file left by a process that died `age` seconds ago (no flock)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("0" * 40 + "\n")
+    t = time.time() - age
+    os.utime(path, (t, t))
+
+
+# A writer killed (SIGKILL) after its record is in the log, before its ref moved:
+# the lock it made stays, its flock goes with it.
+KILLED = """
+import os, sys
+sys.path.insert(0, {root!r})
+from gitdrop import durable, hub
+def die(*a, **k):
+    os.kill(os.getpid(), 9)
+durable._into_place = die
+hub.Hub({path!r}).room("r").send("t/ann", "t/bob", "never acknowledged")
+"""
+
+
+def _kill_a_writer(h):
+    p = subprocess.run([sys.executable, "-c", KILLED.format(root=ROOT, path=h.store.path)])
+    assert p.returncode == -9
+    assert os.path.exists(_lock(h))
+
+
+# --- locks left by dead processes ------------------------------------------------------
+
+def test_the_next_command_after_a_killed_writer_goes_through(tmp_path):
+    """The default grace period: the command waits for the dead writer's lock to
+    age (it cannot tell it from a git lock before that), then clears it."""
+    h, r = _hub(tmp_path)
+    tip = h.store.room_tip("r")
+    _kill_a_writer(h)
+    gd = _cli(h, tmp_path)
+    t0 = time.monotonic()
+    res = gd("--room", "r", "send", "t/bob", "-m", "after the kill")
+    took = time.monotonic() - t0
+    assert res.rc == 0, res
+    assert locks.GRACE - 0.5 < took < locks.GRACE + 3
+    assert not os.path.exists(_lock(h))
+    assert h.store.reader.commit(h.store.room_tip("r")).parent == tip
+    got = [m["text"] for m in h.room("r").inbox("t/bob")["messages"]]
+    assert got == ["after the kill"]                  # the dead write was dropped
+    _fsck(h.store.path)
+
+
+def test_a_lock_a_live_writer_holds_is_left_alone(tmp_path):
+    h, r = _hub(tmp_path, grace=0.2)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\nsys.path.insert(0, {root!r})\nfrom gitdrop import locks\n"
+        "fd = locks.take({lock!r})\nos.utime({lock!r}, (1, 1))\nprint('held', flush=True)\n"
+        "time.sleep(60)\n").format(root=ROOT, lock=_lock(h))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        res = _cli(h, tmp_path)("--room", "r", "send", "t/bob", "-m", "blocked")
+        assert res.rc == 6 and "kept moving" in res.err, res   # a live writer: a race
+        assert os.path.exists(_lock(h))
+    finally:
+        holder.kill()
+        holder.wait()
+    r.send("t/ann", "t/bob", "its owner is gone")          # dead now: cleared
+    assert not os.path.exists(_lock(h))
+
+
+def test_a_young_lock_nobody_holds_is_waited_for(tmp_path):
+    """git and libgit2 take no flock: a lock they hold for a moment is waited for,
+    never removed."""
+    h, r = _hub(tmp_path, grace=5)
+    lock = _lock(h)
+    _stale(lock, age=0)
+    removed = []
+
+    def owner():
+        time.sleep(0.3)
+        os.unlink(lock)          # raises if someone else removed it
+        removed.append(True)
+    t = threading.Thread(target=owner)
+    t.start()
+    t0 = time.monotonic()
+    r.send("t/ann", "t/bob", "after git")
+    t.join()
+    assert removed and 0.3 <= time.monotonic() - t0 < 3
+
+
+def test_a_dead_writers_logged_write_is_never_replayed_over_a_push(tmp_path):
+    """Killed after logging its write: its record says the ref moves to a commit
+    nobody acknowledged. A push then clears the lock (through the hook) and lands;
+    after a crash, the replay must not put the ref back on the dead write."""
+    h, r = _hub(tmp_path, grace=0.2)
+    path = h.store.path
+    _kill_a_writer(h)
+    clone = tmp_path / "clone"
+    assert _git(None, "clone", "-q", "-b", "rooms/r", path, str(clone)).returncode == 0
+    (clone / "tasks").mkdir(exist_ok=True)
+    (clone / "tasks" / "7.md").write_text('+++\nid = "7"\ntitle = "by hand"\nstate = '
+                                          '"pending"\ncreator = "t/bob"\n+++\nPushed.\n')
+    env = dict(GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
+               GIT_COMMITTER_NAME="t/bob", GIT_COMMITTER_EMAIL="bob@t.gitdrop")
+    _git(None, "-C", str(clone), "add", "-A")
+    assert _git(None, "-C", str(clone), "commit", "-qm", "task 7", env=env).returncode == 0
+    p = _git(None, "-C", str(clone), "push", "-q", "origin", "rooms/r")
+    assert p.returncode == 0, p.stderr
+    pushed = _git(None, "-C", str(clone), "rev-parse", "HEAD").stdout.strip()
+    assert h.store.room_tip("r") == pushed and not os.path.exists(_lock(h))
+    _reboot(path)
+    h2 = hubmod.Hub(path)
+    assert h2.store.room_tip("r") == pushed
+    assert h2.room("r").task("7")["title"] == "by hand"
+    _fsck(path)
+
+
+def test_archive_and_the_fsync_method_clear_a_dead_lock(tmp_path):
+    """libgit2's paths: a room move (a transaction) and a write with method fsync."""
+    h, r = _hub(tmp_path, grace=0.2)
+    _stale(_lock(h, "refs/archive/rooms/r"))
+    h.archive_room("r", "t/ann")
+    assert h.store.tip("refs/archive/rooms/r")
+    h.restore_room("r", "t/ann")
+    h2, r2 = _hub(tmp_path / "fsync", method="fsync", grace=0.2)
+    _stale(_lock(h2))
+    r2.send("t/ann", "t/bob", "through libgit2")
+    assert not os.path.exists(_lock(h2))
+    _fsck(h2.store.path)
+
+
+# --- a damaged log -----------------------------------------------------------------------
+
+def _damage(path, how):
+    log = wal.path_for(path)
+    if how == "header":
+        with open(log, "r+b") as f:
+            f.write(b"junk")
+    else:
+        os.truncate(log, 100)
+
+
+@pytest.mark.parametrize("how", ["header", "truncated"])
+def test_a_damaged_log_is_rebuilt_and_said_once(tmp_path, how):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "before")
+    _damage(path, how)
+    gd = _cli(h, tmp_path)
+    first = gd("--room", "r", "send", "t/bob", "-m", "after")
+    assert first.rc == 0, first
+    assert "was damaged" in first.err and "Nothing was lost" in first.err
+    kept = glob.glob(wal.path_for(path) + ".damaged-*")
+    assert len(kept) == 1 and kept[0] in first.err
+    second = gd("--room", "r", "send", "t/bob", "-m", "again")
+    assert second.rc == 0 and "damaged" not in second.err, second
+    log = wal.Log(path)                         # a new handle: the new log, whole
+    assert len(log.records()[0]) == 2
+    # this process had the old log open: it follows to the new one
+    r.inbox("t/bob")
+    assert len(wal.Log(path).records()[0]) == 3
+    _fsck(path)
+
+
+def test_a_push_gets_past_a_damaged_log(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    _damage(path, "header")
+    clone = tmp_path / "clone"
+    assert _git(None, "clone", "-q", "-b", "rooms/r", path, str(clone)).returncode == 0
+    (clone / "notes.md").write_text("x\n")
+    env = dict(GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
+               GIT_COMMITTER_NAME="t/bob", GIT_COMMITTER_EMAIL="bob@t.gitdrop")
+    (clone / "tasks").mkdir()
+    (clone / "tasks" / "5.md").write_text('+++\nid = "5"\ntitle = "t"\nstate = "pending"\n'
+                                          'creator = "t/bob"\n+++\n')
+    os.remove(clone / "notes.md")
+    _git(None, "-C", str(clone), "add", "-A")
+    _git(None, "-C", str(clone), "commit", "-qm", "task 5", env=env)
+    p = _git(None, "-C", str(clone), "push", "origin", "rooms/r")
+    assert p.returncode == 0, p.stderr
+    assert "was damaged" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_damaged_log_after_a_restart_replays_what_survived(tmp_path):
+    """The machine went down, and the log's header with it: the records that are
+    whole are replayed, and the message says a write may be lost."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    start = h.store.room_tip("r")
+    r.send("t/ann", "t/bob", "logged")
+    tip = h.store.room_tip("r")
+    with open(os.path.join(path, REF), "w") as f:   # the crash lost the ref's move
+        f.write(start + "\n")
+    log = wal.for_hub(path)
+    lap, _, size = log._head()
+    head = bytearray(wal._header(lap, "0" * 36, size))
+    head[-1] ^= 0xFF                                # another boot, and a bad checksum
+    os.pwrite(log.fd, bytes(head), 0)
+    _forget(path)
+    res = _cli(h, tmp_path, "t/bob")("--room", "r", "inbox")
+    assert res.rc == 0, res
+    assert "restarted" in res.err and "may be lost" in res.err and "fsck" in res.err
+    assert "logged" in res.out
+    assert hubmod.Hub(path).store.reader.commit(hubmod.Hub(path).store.room_tip("r")) \
+        .parent == tip
+    _fsck(path)
