@@ -36,6 +36,7 @@ COMMANDS = {
     "room": ("cli_hub", True, "Hub"),
     "reap": ("cli_hub", False, "Hub"),
     "verify": ("cli_hub", False, "Hub"),
+    "repair": ("cli_repair", False, "Hub"),
     "watch": ("cli_tools", False, "Live"),
     "wait": ("cli_tools", False, "Live"),
     "serve": ("cli_tools", False, "Live"),

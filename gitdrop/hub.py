@@ -416,11 +416,31 @@ class Hub:
         now = self.clock()
         expiry = self.config("gitdrop.archiveExpiryDays", 90)
         hv = self._hub_view()
+        from .errors import Damaged
         for prefix in kinds:
             for name in self.store.rooms(prefix):
-                tip = self.store.tip(prefix + name)
-                c = self.store.reader.commit(tip)
-                room = RoomView(self.store.reader, c.tree, tip, name).room
+                try:
+                    tip = self.store.tip(prefix + name)
+                    c = self.store.reader.commit(tip)
+                    room = RoomView(self.store.reader, c.tree, tip, name).room
+                except (Damaged, KeyError) as e:
+                    # A ref that names no commit (or a missing one): listed, with
+                    # what is wrong and how to mend it, so a list never hides it.
+                    if not isinstance(e, Damaged):
+                        e = Damaged(f"{prefix + name} names commit {tip}, which is missing "
+                                    "(or an object it needs is)",
+                                    f"see what can be put back: gitdrop --hub {self.path} "
+                                    "repair")
+                    try:
+                        when = int(os.stat(os.path.join(self.path, prefix + name)).st_mtime)
+                    except OSError:
+                        when = 0
+                    out.append({"room": name, "status": "active" if prefix ==
+                                model.ROOM_PREFIX else "archived", "teams": [],
+                                "open": False, "leads": {}, "pinned": False,
+                                "last_activity": when, "idle_seconds": max(0, now - when),
+                                "health": "damaged", "damaged": e.reason, "fix": e.fix})
+                    continue
                 idle = now - c.time
                 row = {"room": name, "status": "active" if prefix == model.ROOM_PREFIX
                        else "archived", "teams": room["teams"], "open": room["open"],

@@ -113,9 +113,20 @@ class Store(BaseStore):
             return str(self.repo.references[ref].target)
         except KeyError:
             return ""
+        except pygit2.GitError:   # a damaged file: the error says what and how to mend it
+            return durable.read_ref(self.path, ref)
 
     def rooms(self, prefix: str = model.ROOM_PREFIX) -> list[str]:
-        return sorted(r[len(prefix):] for r in self.repo.references if r.startswith(prefix))
+        """Every room under `prefix`, damaged ones included (libgit2 skips a ref
+        whose file it cannot read; its tip() raises Damaged)."""
+        names = {r[len(prefix):] for r in self.repo.references if r.startswith(prefix)}
+        top = os.path.join(self.path, prefix)
+        for d, _dirs, files in os.walk(top):
+            for f in files:
+                name = os.path.relpath(os.path.join(d, f), top)
+                if not f.endswith(".lock") and name not in names and model.is_name(name):
+                    names.add(name)
+        return sorted(names)
 
     def resolve(self, rev: str) -> str:
         try:

@@ -610,11 +610,15 @@ def _restore_object(git_dir: str, oid: str, data: bytes) -> None:
 def _read_ref(git_dir: str, ref: str) -> str | None:
     """The ref's value, "" if absent, None if its file is damaged."""
     from .durable import read_ref
+    from .errors import Damaged
     try:
         with open(os.path.join(git_dir, ref), "rb") as f:
             raw = f.read(64).split(b"\n", 1)[0].strip()
     except (FileNotFoundError, NotADirectoryError):
-        return read_ref(git_dir, ref)
+        try:
+            return read_ref(git_dir, ref)
+        except Damaged:
+            return None
     value = raw.decode("ascii", "replace")
     if len(value) == 40 and all(c in "0123456789abcdef" for c in value):
         return value
@@ -698,3 +702,14 @@ def settle_dead(git_dir: str, ref: str, unlink) -> bool:
         return unlink()
     finally:
         log._unlock()
+
+
+def last_logged(git_dir: str, ref: str) -> str | None:
+    """The last value gitdrop logged for `ref` in the log's current lap ("" for a
+    delete), or None: what a damaged ref can be put back to."""
+    if not os.path.exists(path_for(git_dir)):
+        return None
+    try:
+        return for_hub(git_dir).last_update(ref)
+    except (OSError, Damaged):
+        return None

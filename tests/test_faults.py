@@ -14,6 +14,7 @@ import pytest
 from cli_helpers import Gitdrop
 
 from gitdrop import hub as hubmod, locks, wal
+from gitdrop.errors import Damaged
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = "refs/heads/rooms/r"
@@ -273,3 +274,83 @@ def test_a_damaged_log_after_a_restart_replays_what_survived(tmp_path):
     assert hubmod.Hub(path).store.reader.commit(hubmod.Hub(path).store.room_tip("r")) \
         .parent == tip
     _fsck(path)
+
+
+# --- damaged refs, and gitdrop repair ---------------------------------------------------------
+
+def test_a_garbage_room_ref_is_named_with_what_to_put_back(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "kept")
+    tip = h.store.room_tip("r")
+    with open(os.path.join(path, REF), "w") as f:
+        f.write("garbage\n")
+    gd = _cli(h, tmp_path)
+    res = gd("--room", "r", "send", "t/bob", "-m", "x", "--json")
+    assert res.rc == 8, res
+    doc = res.json
+    assert doc["rule"] == "damaged" and REF in doc["reason"] and "garbage" in doc["reason"]
+    assert tip in doc["fix"] and "repair --apply" in doc["fix"]
+    with pytest.raises(Damaged):                    # through pygit2 too
+        hubmod.Hub(path).room("r")
+    rooms = gd("room", "list", "--json")
+    assert rooms.rc == 0, rooms
+    row, = [x for x in rooms.json["rooms"] if x["room"] == "r"]
+    assert row["health"] == "damaged" and "repair" in row["fix"]
+    look = gd("repair", "--json")
+    assert look.rc == 8 and look.json["damaged"][0]["offer"] == tip, look
+    assert open(os.path.join(path, REF)).read() == "garbage\n"   # only looked
+    done = gd("repair", "--apply")
+    assert done.rc == 0 and f"put back {REF} = {tip}" in done.out, done
+    assert gd("--room", "r", "send", "t/bob", "-m", "works again").rc == 0
+    _fsck(path)
+    _reboot(path)                                   # and a replay keeps it
+    h2 = hubmod.Hub(path)
+    assert [m["text"] for m in h2.room("r").inbox("t/bob")["messages"]] == \
+        ["kept", "works again"]
+
+
+def test_repair_finds_a_cut_short_ref_the_log_no_longer_names(tmp_path):
+    """No record of the ref in the log (it turned a lap, or was rebuilt): the
+    newest commit of the room that no ref reaches is offered; a ref with nothing
+    to put back can be dropped."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "one")
+    r.send("t/ann", "t/bob", "two")
+    tip = h.store.room_tip("r")
+    os.remove(wal.path_for(path))
+    _forget(path)
+    with open(os.path.join(path, REF), "w") as f:
+        f.write(tip[:12] + "\n")
+    with open(os.path.join(path, "refs/heads/rooms/made-by-hand"), "w") as f:
+        f.write("nonsense\n")
+    gd = _cli(h, tmp_path)
+    look = gd("repair", "--json")
+    assert look.rc == 8, look
+    by_ref = {d["ref"]: d for d in look.json["damaged"]}
+    assert by_ref[REF]["offer"] == tip
+    assert by_ref["refs/heads/rooms/made-by-hand"]["offer"] == ""
+    words = gd("repair")
+    assert "--drop refs/heads/rooms/made-by-hand" in words.err, words
+    assert gd("repair", "--apply").rc == 8          # one is left
+    done = gd("repair", "--drop", "refs/heads/rooms/made-by-hand")
+    assert done.rc == 0 and "the hub is healthy" in done.out, done
+    assert hubmod.Hub(path).store.room_tip("r") == tip
+    _fsck(path)
+
+
+def test_repair_clears_dead_locks_and_says_a_hub_is_healthy(tmp_path):
+    h, r = _hub(tmp_path, grace=0.2)
+    gd = _cli(h, tmp_path)
+    healthy = gd("repair")
+    assert healthy.rc == 0 and "the hub is healthy" in healthy.out, healthy
+    _stale(_lock(h))
+    _stale(_lock(h, "refs/heads/hub"))
+    res = gd("repair", "--json")
+    assert res.rc == 0, res
+    assert sorted(res.json["locks_cleared"]) == ["refs/heads/hub.lock", REF + ".lock"]
+    assert not os.path.exists(_lock(h))
+    _damage(h.store.path, "header")
+    res = gd("repair")
+    assert res.rc == 0 and "log: rebuilt" in res.out, res
