@@ -35,7 +35,9 @@ class BaseStore:
     publish = None
 
     def room_ref(self, room: str) -> str:
-        return model.ROOM_PREFIX + room
+        # Every face reaches a room through here: a name like ../hub or x.lock
+        # must not name some other ref.
+        return model.ROOM_PREFIX + model.check_name("room", room)
 
     def room_tip(self, room: str) -> str:
         tip = self.tip(self.room_ref(room))
@@ -128,6 +130,15 @@ class BaseStore:
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
 
+    def _ctx(self, when: int) -> "rules.Ctx":
+        return rules.Ctx(self.reader, when, teams=self.teams)
+
+    def teams(self) -> dict | None:
+        """The hub's team registry {team: lead} (None without a hub branch)."""
+        from .hubrules import registry
+        tip = self.tip(model.HUB_REF)
+        return registry(self.reader, tip) if tip else None
+
     def _one(self, room, tip, build, author, now, check, w):
         """Build and check one operation on `tip`; write its objects (not the ref).
         Returns (new commit, or `tip` for an accepted no-op; result; op)."""
@@ -146,12 +157,12 @@ class BaseStore:
             # the operation, but an accepted no-op writes no commit.
             if check:
                 rules.check(view, proposed, [rules.Change(p, t, t) for p, t in changes.items()],
-                            rules.Ctx(self.reader, when))
+                            self._ctx(when))
             return tip, result, ""
         if check:
             chs = [rules.Change(p, view.text(p), t) for p, t in changes.items()
                    if view.text(p) != t]
-            op = rules.check(view, proposed, chs, rules.Ctx(self.reader, when))
+            op = rules.check(view, proposed, chs, self._ctx(when))
         else:
             op = ""
         tree = self._tree_with(view.tree, changes, w) if changes else \

@@ -110,12 +110,14 @@ class CatFile:
             elif key == b"parent":
                 parents.append(val.decode())
             elif key == b"author":
-                name, _, rest = val.decode("utf-8", "replace").partition(" <")
+                name, _, rest = val.decode("utf-8", "surrogateescape").partition(" <")
                 author, email = name, rest.partition(">")[0]
             elif key == b"committer":
                 when = int(val.rsplit(b" ", 2)[-2])
+        # surrogateescape: bytes that are not UTF-8 stay visible to the rules,
+        # which refuse them (a replacement character would hide them)
         c = CommitData(oid, tree, parents, author, email, when,
-                       message.decode("utf-8", "replace"))
+                       message.decode("utf-8", "surrogateescape"))
         self._commits[oid] = c
         return c
 
@@ -155,6 +157,10 @@ class CatFile:
         got = self.raw(entry[1])
         return got[1] if got and got[0] == "blob" else None
 
+    def mode(self, tree: str, path: str) -> int:
+        entry = self._entry(tree, path)
+        return int(entry[0], 8) if entry else 0
+
     def blob_id(self, tree: str, path: str) -> str | None:
         entry = self._entry(tree, path)
         return None if entry is None or entry[0] == "40000" else entry[1]
@@ -177,7 +183,7 @@ class CatFile:
         if oid is None:
             return None
         got = self.raw(oid)
-        return got[1].decode("utf-8", "replace") if got else None
+        return got[1].decode("utf-8", "surrogateescape") if got else None
 
 
 def _object_dirs(git_dir: str | None) -> list[str]:

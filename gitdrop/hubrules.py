@@ -28,7 +28,7 @@ def _refuse(rule, c, reason, fix=""):
     raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
 
 
-ADMIN_TEAM = "hub"   # hub/<name>: the hub's own identities (admin, reaper); no team
+ADMIN_TEAM = model.ADMIN_TEAM   # hub/<name>: the hub's own identities (admin, reaper)
 
 
 def check(reader, c, changes, pusher="") -> str:
@@ -53,9 +53,10 @@ def check(reader, c, changes, pusher="") -> str:
     doc = _team(c, reader.blob_text(new))
     if doc["name"] != team or not model.is_name(team):
         _refuse("format", c, f"name must be {team!r}", "")
-    if team == ADMIN_TEAM:
-        _refuse("format", c, f"{ADMIN_TEAM!r} is reserved for the hub's own identities",
-                "pick another team name")
+    if team in model.RESERVED_TEAMS:
+        _refuse("reserved-name", c, f"team {team!r} is reserved ({ADMIN_TEAM}: the hub's own "
+                f"identities; {model.DEFAULT_TEAM}: agents that named no team, who have no "
+                "lead)", "pick another team name")
     if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
         _refuse("format", c, f"the lead of team {team} must be {team}/<name>", "")
     bad = [m for m in doc["members"] if not model.is_agent_id(m) or
@@ -64,7 +65,7 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("format", c, f"members of team {team} are {team}/<name>, not "
                 f"{', '.join(bad[:3])}", "")
     if old is None:
-        if c.author != doc["lead"] and model.split_agent(c.author)[0] != ADMIN_TEAM:
+        if c.author != doc["lead"] and not model.is_hub_identity(c.author):
             _refuse("lead-only", c, f"team {team} is created by its lead {doc['lead']} "
                     f"(or a hub admin), not {c.author}", f"commit as {doc['lead']}")
         return "team-create"
@@ -99,3 +100,25 @@ def check_new_room(reader, room: str) -> None:
     raise Refusal("format", f"room {room!r} is archived; a push cannot re-create it",
                   f"ask a lead to restore it on the hub (gitdrop room restore {room})",
                   commit=f"refs/heads/rooms/{room}")
+
+
+def registry(reader, hub: str = model.HUB_REF) -> dict | None:
+    """{team: lead} from the hub branch's team files, or None if there is no hub
+    branch (a bare repository used as a hub by hand). `hub` is the branch's tip or
+    its ref name (for a reader that resolves names)."""
+    try:
+        tree = reader.commit(hub).tree
+    except (KeyError, ValueError, TypeError):
+        return None
+    out = {}
+    for name in reader.list_dir(tree, "teams"):
+        if not name.endswith(".toml"):
+            continue
+        try:
+            data = fmt.loads_toml((reader.read_path(tree, "teams/" + name) or b"").decode(
+                "utf-8", "replace"))
+        except fmt.FormatError:
+            continue
+        lead = data.get("lead")
+        out[name[:-5]] = lead if isinstance(lead, str) else ""
+    return out

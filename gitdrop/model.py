@@ -6,24 +6,42 @@ Pure data and tiny helpers; the rules, the verbs and the docs all read these.
 
 
 class _NamePattern:
-    """`re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,N}$").match` without re (whose
-    import is a large part of the pre-receive hook's start-up); like re, `$` also
-    matches before one final newline. match() gives True or None."""
+    """A name of this hub: a room, team, agent, task, contract or context key.
+
+    Letters, digits, '.', '_' and '-', starting with a letter or digit, at most
+    `longest` characters; and safe as a git ref component and a file name: no
+    "..", no final "." and no ".lock" ending. The whole string must match (no
+    final newline slips through, as it would past a regex's `$`). Written
+    without re, whose import is a large part of the pre-receive hook's start-up.
+    match() gives True or None."""
 
     FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
     REST = FIRST | frozenset("_.-")
 
     def __init__(self, longest: int):
         self.longest = longest
-        self.pattern = f"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{longest - 1}}}$"
+        self.pattern = f"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{longest - 1}}} (no '..', not ending " \
+                       "in '.' or '.lock')"
 
-    def match(self, s: str):
-        if s.endswith("\n"):
-            s = s[:-1]
-        if s and len(s) <= self.longest and s[0] in self.FIRST and \
-                all(ch in self.REST for ch in s[1:]):
-            return True
-        return None
+    def match(self, s):
+        return True if isinstance(s, str) and not self.problem(s) else None
+
+    def problem(self, s: str) -> str:
+        """What is wrong with `s` as a name, in words ("" if nothing)."""
+        if not s:
+            return "it is empty"
+        if len(s) > self.longest:
+            return f"it has {len(s)} characters; the most is {self.longest}"
+        if s[0] not in self.FIRST:
+            return f"it starts with {s[0]!r}; a name starts with a letter or digit"
+        bad = [ch for ch in s if ch not in self.REST]
+        if bad:
+            return f"it contains {bad[0]!r}; use only letters, digits, '.', '_' and '-'"
+        if ".." in s:
+            return "it contains '..', which a git ref cannot"
+        if s.endswith(".lock") or s.endswith("."):
+            return f"it ends in {'.lock' if s.endswith('.lock') else '.'!r}, which a git ref cannot"
+        return ""
 
 
 NAME_RE = _NamePattern(40)
@@ -48,12 +66,40 @@ DEFAULT_SETTINGS = {
     "max_title": 200,        # characters of a task title
     "max_tags": 16,
     "max_retries": 3,        # default for new tasks
-    "clock_skew": 300,       # seconds a commit may be dated ahead of the hub clock
+    "clock_skew": 30,        # seconds a pushed commit may be dated off the hub clock (below loop_window)
 }
 
 
 def is_name(s: str) -> bool:
     return bool(NAME_RE.match(s or ""))
+
+
+def check_name(what: str, s, longest: int = 40) -> str:
+    """`s` if it is a valid name of this kind (room, team, agent, task, ...), else
+    UsageError saying what is wrong with it. Every face calls this (through the
+    core) on every name it is given; the rules use is_name on what a push brings."""
+    from .errors import UsageError
+    pattern = NAME_RE if longest == NAME_RE.longest else KEY_RE
+    problem = "it is not text" if not isinstance(s, str) else pattern.problem(s)
+    if problem:
+        shown = repr(s)[:60]
+        raise UsageError(f"bad {what} name {shown}: {problem}",
+                         f"pick {'an' if what[0] in 'aeiou' else 'a'} {what} name of 1 to "
+                         f"{pattern.longest} letters, digits, "
+                         "'.', '_' or '-' that starts with a letter or digit")
+    return s
+
+
+def check_agent_id(s) -> str:
+    """A full agent id team/name (each part a name), else UsageError."""
+    from .errors import UsageError
+    if not isinstance(s, str) or s.count("/") != 1:
+        raise UsageError(f"bad agent name {repr(s)[:60]}: agents are team/name",
+                         "give the agent as team/name, e.g. core/juno")
+    team, name = s.split("/")
+    check_name("team", team)
+    check_name("agent", name)
+    return s
 
 
 def split_agent(agent_id: str) -> tuple[str, str]:
@@ -116,12 +162,23 @@ def short(agent_id: str) -> str:
 
 
 def is_lead(agent: dict | None, room: dict) -> bool:
-    """A lead: an agent whose roles include lead, or a team's lead in room.toml."""
+    """A lead: a registered agent recorded in room.toml as the lead of one of the
+    room's teams (copied from the hub's team registry when the team joined). A
+    role string an agent gives itself grants nothing."""
     if not agent:
         return False
-    if "lead" in agent.get("roles", []):
-        return True
     return agent.get("id") in room.get("leads", {}).values()
+
+
+# Teams no agent can lead or register in: the hub's own identities (hub/admin,
+# hub/reaper: the operator and the hub's upkeep), and the team of agents that
+# named none.
+ADMIN_TEAM = "hub"
+RESERVED_TEAMS = (ADMIN_TEAM, DEFAULT_TEAM)
+
+
+def is_hub_identity(agent_id: str) -> bool:
+    return split_agent(agent_id)[0] == ADMIN_TEAM and "/" in (agent_id or "")
 
 
 def lead_of_team(room: dict, team: str) -> str:

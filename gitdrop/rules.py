@@ -16,19 +16,33 @@ from .view import RoomView, first_parent_walk, parse_file
 
 
 class Ctx:
-    """What a check may consult besides the room: history, the clock, the pusher."""
+    """What a check may consult besides the room: history, the clock, the pusher,
+    the hub's team registry."""
 
-    def __init__(self, reader, now: int | None = None, pusher: str = ""):
+    def __init__(self, reader, now: int | None = None, pusher: str = "", teams=None,
+                 fresh=()):
         self.reader = reader
         self.now = now          # None when re-validating history: no clock rule
         self.pusher = pusher    # identity the transport authenticated, if any
+        # teams() -> {team: lead} from the hub branch, or None where there is none;
+        # consulted (at receipt only) when room.toml names leads.
+        self._teams, self._registry = teams, False
+        # Commits of the same push before this one: they arrived now, whatever
+        # their dates say (the loop guard counts them in its window).
+        self.fresh = fresh
+
+    def registry(self) -> dict | None:
+        if self._registry is False:
+            self._registry = self._teams() if self._teams and self.now is not None else None
+        return self._registry
 
 
 class Change:
-    __slots__ = ("path", "old", "new", "kind", "key")
+    __slots__ = ("path", "old", "new", "kind", "key", "mode")
 
-    def __init__(self, path, old, new):
+    def __init__(self, path, old, new, mode=0o100644):
         self.path, self.old, self.new = path, old, new
+        self.mode = mode   # of the new file (a push may bring a link or an executable)
         self.kind, self.key = model.kind_of(path)
 
 
@@ -106,18 +120,37 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if len(c.parents) > 1:
         _refuse("linear-history", c, "merge commits are not allowed on a room branch",
                 "rebase onto the room's tip (git pull --rebase) and push again")
-    if ctx.now is not None and c.time > ctx.now + s["clock_skew"]:
-        _refuse("clock", c, f"the commit is dated {c.time - ctx.now}s in the future",
-                "fix the clock of the machine that made it and recommit")
+    if ctx.now is not None:
+        _check_clock(c, ctx.now, s["clock_skew"])
+    size = len(c.message.encode("utf-8", "surrogateescape"))
+    if size > s["max_message"] + MESSAGE_EXTRA:
+        _refuse("size-limit", c, f"the commit message is {size} bytes; the room allows "
+                f"{s['max_message']} of text plus {MESSAGE_EXTRA} for subject and trailers",
+                "shorten the message; put long text in a task's body or a context note "
+                "that fits the room's max_file")
+    bad = bad_text(c.message)
+    if bad:
+        _refuse("format", c, f"the commit message {bad}", "send plain UTF-8 text "
+                "(tabs and newlines are fine; no NUL or other control characters)")
     for ch in changes:
-        data = ch.new if ch.new is not None else ""
-        if len(data.encode()) > s["max_file"]:
-            _refuse("size-limit", c, f"{ch.path} is {len(data.encode())} bytes; the room "
-                    f"allows {s['max_file']}", "shorten it or put the bulk in a repository file")
+        if ch.new is None:
+            continue
+        if ch.mode != FILE_MODE:
+            _refuse("format", c, f"{ch.path} is {_MODES.get(ch.mode, oct(ch.mode))}; a room "
+                    "holds plain files only", "commit it as a plain, non-executable file "
+                    "(git update-index --chmod=-x, or replace the link by the file)")
+        size = len(ch.new.encode("utf-8", "surrogateescape"))
+        if size > s["max_file"]:
+            _refuse("size-limit", c, f"{ch.path} is {size} bytes; the room allows "
+                    f"{s['max_file']}", "shorten it or put the bulk in a repository file")
+        bad = bad_text(ch.new)
+        if bad:
+            _refuse("format", c, f"{ch.path} {bad}", "write the file as plain UTF-8 text "
+                    "(no NUL or other control characters)")
     # A declared operation is checked for its exact shape by its own check below;
     # a commit made by hand without one has its operation read from its diff.
     op = c.op or infer(before, c, changes)
-    if ctx.pusher and c.author != ctx.pusher and op != "room-create":
+    if ctx.pusher and c.author != ctx.pusher:
         _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
                 f"push was authenticated as {ctx.pusher}",
                 f"recommit with git config user.name {ctx.pusher}")
@@ -129,6 +162,42 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _registered(before, c, op)
     fn(before, c, changes, ctx, op)
     return op
+
+
+MESSAGE_EXTRA = 4096   # bytes a commit message may have beyond max_message: subject, trailers
+FILE_MODE = 0o100644
+_MODES = {0o100755: "an executable file", 0o120000: "a symbolic link",
+          0o160000: "a submodule (gitlink)"}
+
+
+def bad_text(text: str) -> str:
+    """What makes `text` unfit for a room ("" if nothing): bytes that are not UTF-8
+    (readers decode them with surrogateescape) or control characters other than
+    tab, newline and carriage return (a NUL cuts the text short for C readers)."""
+    if text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable():
+        return ""
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            return f"is not valid UTF-8 (at character {i})"
+        if (ch < " " and ch not in "\n\t\r") or ch == "\x7f":
+            return f"contains the control character {ch!r} (at character {i})"
+    return ""
+
+
+def _check_clock(c, now: int, skew: int) -> None:
+    """Dates are the pusher's word: at receipt a commit must be dated within
+    `clock_skew` of the hub's clock, either way, so that time-based rules (the loop
+    guard, idle rooms) cannot be fooled by a date far in the past or future."""
+    if c.time > now + skew:
+        _refuse("clock", c, f"the commit is dated {c.time - now}s in the future (the room "
+                f"allows {skew}s of clock skew)",
+                "fix the clock of the machine that made it and recommit "
+                "(git commit --amend --no-edit re-dates the last commit)")
+    if c.time < now - skew:
+        _refuse("clock", c, f"the commit is dated {now - c.time}s in the past (the room "
+                f"allows {skew}s of clock skew)", "re-date it to now and push again: "
+                "git rebase --force-rebase @{u} re-dates every commit not yet pushed "
+                "(git commit --amend --no-edit the last one)")
 
 
 def _registered(before, c, op):
@@ -168,6 +237,10 @@ def _check_register(before, c, changes, ctx, op):
         _refuse("registered-author", c, f"{c.author} cannot register {ch.key}",
                 f"commit as {ch.key} (git config user.name {ch.key})")
     team = model.split_agent(ch.key)[0]
+    if team == model.ADMIN_TEAM:
+        _refuse("reserved-name", c, f"team {team!r} is reserved for the hub's own identities "
+                "(hub/admin, hub/reaper); no agent registers in it",
+                "register under your own team (team/name)")
     if not model.member_team(before.room, team):
         _refuse("room-membership", c, f"team {team!r} is not a member of room "
                 f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
@@ -300,33 +373,38 @@ def _check_unread_and_loop(before, c, ctx):
     cursor = me["cursor"] if me else ""
     lead = model.is_lead(me, before.room)
     cap, window = s["loop_cap"], s["loop_window"]
-    since = c.time - window
-    if cursor and _quick_ok(ctx.reader, c, cursor, lead, cap, window, since):
+    # At receipt the window ends at the hub's clock, and the commits of the same
+    # push count as sent now, whatever their dates say.
+    at = c.time if ctx.now is None else ctx.now
+    since = at - window
+    fresh = ctx.fresh
+    if cursor and not fresh and _quick_ok(ctx.reader, c, cursor, lead, cap, window, since):
         return
     unread, senders, sent, oldest_sent = 0, [], 0, None
     reached = not cursor
     for h in first_parent_walk(ctx.reader, c.parent):
+        t = at if h.oid in fresh else h.time
         if h.oid == cursor:
             reached = True
-        if reached and (not cap or h.time <= since):
+        if reached and (not cap or t <= since):
             break
         if is_message(ctx.reader, h):
             if not reached and addressed_to(h, c.author, lead):
                 unread += 1
                 if h.author not in senders:
                     senders.append(h.author)
-            if cap and h.author == c.author and h.time > since:
+            if cap and h.author == c.author and t > since:
                 sent += 1
-                oldest_sent = h.time
+                oldest_sent = t
     if unread:
         _refuse("unread-before-send", c, f"{c.author} has {unread} unread message(s) "
                 f"(from {', '.join(model.short(x) for x in senders[:5])})",
                 "call check_inbox (gitdrop inbox) first, then send again")
     if cap and sent >= cap:
-        wait = max(1, oldest_sent + window - c.time)
-        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(c.time + wait))
+        wait = max(1, oldest_sent + window - at)
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at + wait))
         _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
-                f"(room cap {cap})", f"wait {wait}s (until {at}) before sending again, or "
+                f"(room cap {cap})", f"wait {wait}s (until {until}) before sending again, or "
                 "ask a lead to raise loop_cap in room.toml")
 
 
@@ -450,13 +528,8 @@ def task_roles(view: RoomView, task: dict, agent_id: str) -> set:
 
 def team_lead(view, team: str) -> str:
     """Who leads a team in this room: the lead recorded in room.toml (from the hub's
-    team registry), else the team's earliest registered agent with the lead role."""
-    lead = model.lead_of_team(view.room, team)
-    if lead or not team:
-        return lead
-    cands = [a for a in (view.agent(f"{team}/{f[:-5]}") for f in view.names(f"agents/{team}")
-                         if f.endswith(".toml")) if a and "lead" in a["roles"]]
-    return min(cands, key=lambda a: (a["registered"], a["id"]))["id"] if cands else ""
+    team registry); "" if none."""
+    return model.lead_of_team(view.room, team) if team else ""
 
 
 def reviewer_of(view, task) -> str:
@@ -709,6 +782,35 @@ def _check_room_create(before, c, changes, ctx, op):
     if not model.is_name(room["name"]):
         _refuse("format", c, f"bad room name {room['name']!r}", "")
     _check_leads(c, room)
+    teams = ctx.registry()
+    if teams is None:
+        return
+    _registry_leads(c, room, {}, teams)
+    mine = [t for t, lead in teams.items() if lead == c.author]
+    if model.is_hub_identity(c.author) or set(mine) & set(room["teams"]) or \
+            (not room["teams"] and mine):
+        return
+    _refuse("lead-only", c, f"{c.author} may not create room {room['name']!r}: rooms are "
+            "created by the hub's operator or by the lead of a team the room is for"
+            + (f" ({', '.join(room['teams'])})" if room["teams"] else ""),
+            "ask the lead of one of its teams or the hub's operator to create it "
+            "(gitdrop room create NAME --team TEAM)")
+
+
+def _registry_leads(c, new, old, teams):
+    """Every lead room.toml records anew must be that team's lead in the hub's
+    team registry (refs/heads/hub, teams/<team>.toml)."""
+    for team, lead in new["leads"].items():
+        if old.get(team) == lead:
+            continue
+        if team not in teams:
+            _refuse("lead-only", c, f"team {team!r} is not in the hub's team registry",
+                    f"create the team first (gitdrop team create {team} --lead NAME)")
+        if teams[team] != lead:
+            _refuse("lead-only", c, f"room.toml names {lead} as lead of team {team}, but "
+                    f"the hub's team registry says {teams[team] or 'nobody'}",
+                    f"record the registry's lead (gitdrop room join ROOM --team {team} "
+                    "re-syncs it)")
 
 
 def _check_leads(c, room):
@@ -727,7 +829,10 @@ def _check_room_settings(before, c, changes, ctx, op):
     if old["name"] != new["name"] or old["created"] != new["created"]:
         _refuse("format", c, "a room's name and creation time do not change", "")
     _check_leads(c, new)
-    lead = c.author in room_leads(before)
+    teams = ctx.registry()
+    if teams is not None:
+        _registry_leads(c, new, old["leads"], teams)
+    lead = c.author in room_leads(before) or model.is_hub_identity(c.author)
     if not lead and not _self_join(old, new, c.author):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
                 + ("" if old["open"] else " (a closed room: its leads add teams)"),
@@ -735,7 +840,8 @@ def _check_room_settings(before, c, changes, ctx, op):
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
-        if t in new["teams"] and now and now != was and c.author != was:
+        if t in new["teams"] and now and now != was and c.author != was and \
+                not model.is_hub_identity(c.author) and (teams or {}).get(t) != now:
             _refuse("lead-only", c, f"only {was} hands over the lead of team {t} in this room",
                     f"ask {was}")
     for k, v in new["settings"].items():
@@ -747,12 +853,9 @@ def _check_room_settings(before, c, changes, ctx, op):
 
 def room_leads(view) -> list[str]:
     """Who runs a room (its settings, archive, pin, destroy): the leads of its member
-    teams recorded in room.toml; in an open room, or one without recorded leads, also
-    its registered agents with the lead role."""
-    recorded = set(view.room["leads"].values())
-    if view.room["open"] or not recorded:
-        recorded |= set(view.leads())
-    return sorted(recorded)
+    teams recorded in room.toml (from the hub's team registry). A room without one
+    is run by the hub's operator (hub/admin) alone."""
+    return sorted(set(view.room["leads"].values()))
 
 
 def _self_join(old, new, author) -> bool:
@@ -774,7 +877,7 @@ def _check_room_change(before, c, changes, ctx, op):
         _refuse("one-operation", c, "room.toml cannot be deleted", "archive the room instead")
     new = _doc(c, ch, "new")[0]
     if c.author not in before.room["leads"].values() and \
-            not _self_join(before.room, new, c.author):
+            not model.is_hub_identity(c.author) and not _self_join(before.room, new, c.author):
         _registered(before, c, op)
     _check_room_settings(before, c, changes, ctx, op)
 

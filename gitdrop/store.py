@@ -65,6 +65,12 @@ class Reader:
             return None
         return self.repo[entry.id].data
 
+    def mode(self, tree: str, path: str) -> int:
+        try:
+            return self.repo[tree][path].filemode
+        except KeyError:
+            return 0
+
     def blob_id(self, tree: str, path: str) -> str | None:
         try:
             entry = self.repo[tree][path]
@@ -89,7 +95,7 @@ class Reader:
         return {e.name: (e.type_str == "tree", str(e.id)) for e in self.repo[tree]}
 
     def blob_text(self, oid: str | None) -> str | None:
-        return None if oid is None else self.repo[oid].data.decode("utf-8", "replace")
+        return None if oid is None else self.repo[oid].data.decode("utf-8", "surrogateescape")
 
 
 class Store(BaseStore):

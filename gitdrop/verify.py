@@ -34,6 +34,11 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
         old = ""
     if ref.startswith(model.ROOM_PREFIX):
         room = ref[len(model.ROOM_PREFIX):]
+        if not model.is_name(room):
+            raise Refusal("format", f"{ref} is not a room branch: "
+                          f"{model.NAME_RE.problem(room)}",
+                          f"push rooms to refs/heads/rooms/<room>, a room name of "
+                          f"{model.NAME_RE.pattern}", commit=ref)
         if new == ZERO:
             raise Refusal("linear-history", f"room {room!r} cannot be deleted by a push",
                           "archive or destroy it on the hub (gitdrop room archive/destroy)",
@@ -52,12 +57,18 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
 
 def _check_room(reader, room, commits, now, pusher) -> list:
     out = []
+    fresh = set()
+
+    def teams():
+        return hubrules.registry(reader)
     for c in commits:
         parent_tree = reader.commit(c.parent).tree if c.parent else None
         before = RoomView(reader, parent_tree, c.parent, room)
-        changes = [rules.Change(p, reader.blob_text(a), reader.blob_text(b))
+        changes = [rules.Change(p, reader.blob_text(a), reader.blob_text(b),
+                                reader.mode(c.tree, p) if b else rules.FILE_MODE)
                    for p, a, b in reader.diff(parent_tree, c.tree)]
-        op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher))
+        op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher, teams, fresh))
+        fresh.add(c.oid)
         if not c.parents:
             if op != "room-create":
                 raise Refusal("linear-history", "a room's first commit must create it "

@@ -157,7 +157,8 @@ class RoomView:
         return model.is_lead(self.agent(agent_id), self.room)
 
     def leads(self) -> list[str]:
-        return [a["id"] for a in self.agents() if model.is_lead(a, self.room)]
+        """The room's recorded leads that are registered here."""
+        return sorted(x for x in set(self.room["leads"].values()) if self.agent(x))
 
 
 _PARSED: dict = {}  # (kind, blob id) -> (header, body)
