@@ -47,8 +47,11 @@ def register(s: Scope,
     else:
         from .model import DEFAULT_TEAM
         agent = f"{team or DEFAULT_TEAM}/{name}"
-    r = s.room.register(agent, split_list(role), description)
     roles = split_list(role)
+    # The lead role is the team registry's to give: that needs the hub, not the
+    # lean store of a short command.
+    room = s.hub.room(s.room_name) if "lead" in roles else s.room
+    r = room.register(agent, roles, description)
     line = (f"{agent} updated in {s.room_name}" if r.get("updated") else
             f"{agent} joined {s.room_name}" + (f" as {', '.join(roles)}" if roles else ""))
     if s.agent_value != agent:

@@ -130,7 +130,7 @@ class Scope:
                 store = LeanStore(path)
                 if store.tip(store.room_ref(self.room_name)):
                     return Room(store, self.room_name)
-        return self.hub.room(self.room_name)  # creates a default hub, words a missing room
+        return self.hub.room(self.room_name)  # creates the built-in hub, words what is missing
 
     @property
     def agent(self) -> str:

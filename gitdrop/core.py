@@ -43,8 +43,21 @@ class _Replayed(Exception):
         self.result = result
 
 
+class _Key(str):
+    """An idempotency key with the operation and payload digest it names."""
+
+    def __new__(cls, key: str, op: str, digest: str):
+        self = super().__new__(cls, key)
+        self.op, self.digest = op, digest
+        return self
+
+
 class Room:
     """One room of a hub, seen by whoever calls: each write names its agent."""
+
+    # lead_claim(room, agent), set by the hub: a registration with the lead role
+    # asks the team registry for it (gitdrop.hub.Hub.claim_lead).
+    lead_claim = None
 
     def __init__(self, store, name: str, clock=_now):
         self.store = store
@@ -76,6 +89,7 @@ class Room:
         if name in (model.ALL, "*"):
             return model.ALL
         if name.startswith("@"):
+            model.check_name("team", name[1:])
             return name
         try:
             return self.resolve(name, view)
@@ -101,12 +115,34 @@ class Room:
             result.setdefault("commit", oid)
         return result
 
-    def _replayed(self, agent: str, key: str, tip: str):
+    @staticmethod
+    def _keyed(key: str, op: str, *payload) -> "_Key | str":
+        """An idempotency key bound to one operation and its payload: the key, and
+        a digest of (op, payload) that goes into the commit beside it."""
+        if not key:
+            return ""
+        model.check_name("idempotency key", key, 80)
+        import hashlib
+        return _Key(key, op, hashlib.sha256(repr((op,) + payload).encode(
+            "utf-8", "surrogateescape")).hexdigest()[:16])
+
+    def _replayed(self, agent: str, key, tip: str):
+        """The result of the operation this key already made, or None; refuses a key
+        that was used for another operation or another payload."""
         for n, c in enumerate(first_parent_walk(self.store.reader, tip)):
             if n >= IDEMPOTENCY_WINDOW:
                 break
             if c.author == agent and fmt.trailer(c.trailers, "id") == key:
-                return self._result_of(c)
+                digest = fmt.trailer(c.trailers, "digest")
+                if c.op == getattr(key, "op", c.op) and digest == getattr(key, "digest", digest):
+                    return self._result_of(c)
+                raise Refusal("idempotency-key", f"the key {str(key)!r} was used by "
+                              f"{c.oid[:12]} (\"{c.subject[:60]}\") for "
+                              + ("another operation" if c.op != key.op else
+                                 "the same operation with other arguments"),
+                              "use a new key for a new operation (a key names one "
+                              "operation with one payload; the same call replays)",
+                              commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
         return None
 
     def _result_of(self, c) -> dict:
@@ -129,7 +165,13 @@ class Room:
     def _msg(subject, body, op, key="", **extra):
         tr = [("op", op)] + [(k.replace("_", "-"), str(v)) for k, v in extra.items() if v]
         if key:
-            tr.append(("id", key))
+            tr.append(("id", str(key)))
+            if getattr(key, "digest", ""):
+                tr.append(("digest", key.digest))
+        for k, v in tr:   # one line each: a newline would add a trailer of its own
+            if not v.isprintable():
+                raise UsageError(f"{k} {v[:60]!r} contains a newline or control character",
+                                 f"give {k} as one line of text")
         return fmt.format_message(subject, body, tr)
 
     # --- agents ----------------------------------------------------------------
@@ -138,10 +180,14 @@ class Room:
         """Join the room, or update one's roles and description. new_only: refuse if
         the agent exists, decided inside the compare-and-swap loop (two sessions
         registering one new name at once: exactly one joins, the other changes nothing)."""
-        if not model.is_agent_id(agent_id):
-            raise UsageError(f"bad agent name {agent_id!r}",
-                             "names are team/name of letters, digits, '.', '_' or '-'")
+        model.check_agent_id(agent_id)
         roles = [r.strip() for r in roles if r.strip()]
+        key = self._keyed(key, "register", agent_id, roles, description)
+        if "lead" in roles:
+            if self.lead_claim is None:
+                raise UsageError("the lead role is given by the hub's team registry, which "
+                                 "this room was opened without", "register through the hub")
+            self.lead_claim(self.name, agent_id)
 
         def build(view, tip):
             now = self.clock()
@@ -222,6 +268,14 @@ class Room:
               if x.strip()]
         if not to:
             raise UsageError("no recipient", "name one: team/name, a short name, @team or all")
+        task = str(task or "").lstrip("#")
+        if task:
+            model.check_name("task", task, 80)
+        reply_to = str(reply_to or "")
+        key = self._keyed(key, "send", to, cc, text, task, reply_to)
+        if reply_to and not (4 <= len(reply_to) <= 40 and not reply_to.strip("0123456789abcdef")):
+            raise UsageError(f"reply_to {reply_to[:60]!r} is not a commit id",
+                             "give the id of the message you answer (as gitdrop inbox shows it)")
 
         def build(view, tip):
             rto = list(dict.fromkeys(self._target(view, t) for t in to))
@@ -353,6 +407,8 @@ class Room:
                     priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
                     project: str = "", reviewer: str = "", key: str = "") -> dict:
         agent = self.resolve(agent)
+        key = self._keyed(key, "task-create", title, body, assignee, priority, list(tags),
+                          handshake, max_retries, project, reviewer)
 
         def build(view, tip):
             tid = str(self._next_id(view, view.task_ids()))
@@ -380,6 +436,8 @@ class Room:
         task_id = str(task_id).lstrip("#")
         if move not in machine.MOVES:
             raise UsageError(f"unknown move {move!r}", "moves: " + ", ".join(machine.MOVES))
+        key = self._keyed(key, "task-" + move, task_id, note, assignee, question, answer,
+                          sorted(edits.items()))
 
         def build(view, tip):
             doc = view.task(task_id)
@@ -478,6 +536,7 @@ class Room:
         agent = self.resolve(agent)
         targets = [x.strip() for t in ([targets] if isinstance(targets, str) else targets)
                    for x in t.split(",") if x.strip()]
+        key = self._keyed(key, "handshake-start", plan, targets)
 
         def build(view, tip):
             hid = self._next_id(view, view.handshake_ids())

@@ -62,7 +62,13 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
          fsync: bool = True, clock=None) -> "Hub":
     """Create a hub (or upgrade one in place: hooks and settings; nothing is lost)."""
     path = os.path.abspath(os.path.expanduser(path or default_hub()))
-    if not os.path.exists(os.path.join(path, "HEAD")):
+    from .leanstore import is_hub
+    if not is_hub(path):
+        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)) and \
+                not _empty_bare_repo(path):
+            raise UsageError(f"{path} is not empty and is not a gitdrop hub; nothing was "
+                             "written", "give gitdrop init a new or empty directory "
+                             "(e.g. gitdrop init ~/hubs/team.git)")
         os.makedirs(path, exist_ok=True)
         pygit2.init_repository(path, bare=True, initial_head="hub")
     repo = pygit2.Repository(path)
@@ -83,6 +89,16 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     return hub
 
 
+def _empty_bare_repo(path: str) -> bool:
+    """A bare repository with no refs yet (git init --bare): safe to make a hub of."""
+    if not (os.path.isfile(os.path.join(path, "HEAD")) and os.path.isdir(
+            os.path.join(path, "objects"))):
+        return False
+    if os.path.exists(os.path.join(path, "packed-refs")):
+        return False
+    return not any(files for _d, _s, files in os.walk(os.path.join(path, "refs")))
+
+
 class Hub:
     """A hub: its team registry (the hub branch) and the lifecycle of its rooms.
 
@@ -91,6 +107,9 @@ class Hub:
 
     def __init__(self, path: str = "", clock=None):
         self.path = os.path.abspath(os.path.expanduser(path or default_hub()))
+        from .leanstore import is_hub
+        if not is_hub(self.path):
+            raise no_hub(self.path)
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
 
@@ -100,7 +119,35 @@ class Hub:
             raise NotFound(f"room {name!r} is archived", f"restore it (gitdrop room restore "
                            f"{name}) or read it with gitdrop room show {name}")
         self.store.room_tip(name)  # raises NotFound with a hint
-        return Room(self.store, name, self.clock)
+        room = Room(self.store, name, self.clock)
+        room.lead_claim = self.claim_lead
+        return room
+
+    def claim_lead(self, room: str, agent: str) -> None:
+        """Make `agent` the lead of its team in `room`, as far as the team registry
+        allows: a team nobody has made yet is created with it as lead (teams are
+        self-service: the first to claim a name leads it); a team led by someone
+        else is refused. The lead is then recorded in the room (an open room: the
+        team joins; a closed one: the team must be a member already)."""
+        team = model.split_agent(agent)[0]
+        if team in model.RESERVED_TEAMS:
+            raise Refusal("reserved-name", f"team {team!r} has no lead: "
+                          + ("it is the hub's own" if team == model.ADMIN_TEAM else
+                             "it holds agents that named no team"),
+                          "register as team/name in a team of your own with --role lead")
+        t = self.team(team, missing_ok=True)
+        if t is None:
+            self.register_team(team, agent)
+        elif t["lead"] != agent:
+            raise Refusal("lead-only", f"team {team} is led by {t['lead']} (the hub's team "
+                          f"registry); a role you give yourself makes nobody a lead",
+                          f"register without --role lead, or ask {t['lead']} to hand the "
+                          f"team over (gitdrop team create {team} --lead {model.short(agent)}"
+                          f" --as {t['lead']})")
+        view = self.store.view(room)
+        if view.room["leads"].get(team) != agent and (
+                view.room["open"] or team in view.room["teams"]):
+            self.join_room(team, room, by=agent)
 
     def config(self, key: str, default: int) -> int:
         """A whole-number setting from the hub's git config (e.g. gitdrop.idleArchiveDays)."""
@@ -138,6 +185,9 @@ class Hub:
         by = by if not by or "/" in by else f"{name}/{by}"
         path = hubrules.team_path(name)
         old = self.team(name, missing_ok=True)
+        if old is not None and old["lead"] == lead and set(members) <= set(old["members"]) \
+                and by in ("", lead):
+            return old   # as asked already, by the lead or the operator: no commit
         author = by or (lead if old is None else "")
         if not author:
             raise Refusal("lead-only", f"team {name} exists and is led by {old['lead']}",
@@ -198,11 +248,12 @@ class Hub:
     def _require_lead(self, view: RoomView, by: str, what: str) -> str:
         by = self._actor(view, by)
         leads = self.leads_of(view)
-        if by not in leads:
+        if by not in leads and not model.is_hub_identity(by):
             raise Refusal("lead-only", f"{by or 'nobody'} may not {what} room {view.name!r}: "
-                          f"that is for its leads ({', '.join(leads) or 'none yet'})",
-                          f"ask {' or '.join(leads)}" if leads else
-                          "register a lead in the room first (gitdrop register NAME --role lead)")
+                          f"that is for its leads ({', '.join(leads) or 'none yet'}) and the "
+                          "hub's operator", f"ask {' or '.join(leads)}" if leads else
+                          f"ask the hub's operator (gitdrop room {what} {view.name} "
+                          "--as hub/admin, on the hub's machine)")
         return by
 
     # --- rooms: lifecycle ------------------------------------------------------------
@@ -353,7 +404,9 @@ class Hub:
         repo = self.store.repo
         for _ in range(tries):
             tx = repo.transaction()
-            held = []   # libgit2 takes no flock: ours, so no one takes them for dead
+            # libgit2 takes no flock on its lock files: this process does while they
+            # are its own, so that no one takes them for a dead process's.
+            held = []
             try:
                 tx.lock_ref(ref)
                 held.append(locks.hold(self.store.path, ref))
@@ -377,15 +430,18 @@ class Hub:
                     tx.commit()
                 return tip
             except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
-                for r in (ref, to) if to else (ref,):   # or a dead one held it: cleared
-                    if os.path.exists(os.path.join(self.store.path, r + ".lock")):
-                        locks.clear(self.store.path, r)
-                time.sleep(0.002)
+                pass
             finally:
                 tx.__exit__(RuntimeError, None, None)   # frees it; commits nothing more
                 for fd in held:
                     if fd is not None:
                         os.close(fd)
+            # Locked by another (ours are let go now): wait for that writer, or clear
+            # a lock whose owner is dead.
+            for r in (ref, to) if to else (ref,):
+                if os.path.exists(os.path.join(self.store.path, r + ".lock")):
+                    locks.clear(self.store.path, r)
+            time.sleep(0.002)
         raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
 
     def _view_at(self, room: str, tip: str) -> RoomView:
@@ -547,13 +603,32 @@ class _TextReader:
         return self.texts.get(key) if key else None
 
 
+BUILTIN_HUB = "~/.gitdrop/hub.git"
+
+
 def open_hub(path: str = "", create: bool = True) -> Hub:
-    """The hub at a path, or behind a git URL (a RemoteHub: same interface)."""
+    """The hub at a path, or behind a git URL (a RemoteHub: same interface). Only
+    the built-in default (~/.gitdrop/hub.git) is created on first use; any other
+    path must be a hub already (gitdrop init PATH makes one), so that a typo or a
+    wrong folder is an error, and nothing is written there."""
     path = path or default_hub()
+    from .leanstore import is_hub
     from .remote import RemoteHub, is_url
     if is_url(path):
         return RemoteHub(path)
     path = os.path.abspath(os.path.expanduser(path))
-    if create and not os.path.exists(os.path.join(path, "HEAD")):
+    if is_hub(path):
+        return Hub(path)
+    if create and path == os.path.abspath(os.path.expanduser(BUILTIN_HUB)) and not (
+            os.path.exists(path) and os.listdir(path)):
         return init(path)
-    return Hub(path)
+    raise no_hub(path)
+
+
+def no_hub(path: str) -> NotFound:
+    what = "is not a gitdrop hub" if os.path.exists(path) else "does not exist"
+    return NotFound(f"no such hub: {path} {what}",
+                    f"point --hub (or GITDROP_HUB) at a hub, or create one: gitdrop init {path}"
+                    if what == "does not exist" else
+                    "point --hub (or GITDROP_HUB) at a hub, or create one in a new "
+                    "directory: gitdrop init PATH")

@@ -17,8 +17,12 @@ from .errors import NotFound
 
 
 def is_hub(path: str) -> bool:
+    """A gitdrop hub: a bare repository whose config has gitdrop's settings (which
+    gitdrop init writes). A project's repository or any other folder is not one,
+    and nothing is written into it."""
     return os.path.isfile(os.path.join(path, "HEAD")) and os.path.isdir(
-        os.path.join(path, "objects"))
+        os.path.join(path, "objects")) and any(
+        k.startswith("gitdrop.") for k in read_config(path))
 
 
 class LeanStore(BaseStore):
