@@ -229,8 +229,11 @@ def test_room_settings_only_by_a_lead(h, proj):
     assert e.value.rule == "lead-only" and "web/ana" in e.value.reason
     proj.update_room("core/juno", "room-settings", "cap", settings={"loop_cap": 5})
     assert proj.view().settings["loop_cap"] == 5
-    # in a closed room with team leads, a self-declared lead role runs nothing
-    proj.register("core/mia", ["lead"])
+    # a self-declared lead role is refused: the registry says who leads core
+    with pytest.raises(Refusal) as e:
+        proj.register("core/mia", ["lead"])
+    assert e.value.rule == "lead-only" and "core/juno" in e.value.reason
+    proj.register("core/mia", ["coder"])
     with pytest.raises(Refusal) as e:
         proj.update_room("core/mia", "room-settings", "cap", settings={"loop_cap": 500})
     assert e.value.rule == "lead-only"
@@ -254,9 +257,10 @@ def test_team_registry_changes_only_by_its_lead(h):
     with pytest.raises(Refusal) as e:                       # a team is created by its lead
         h.register_team("web", "ana", by="core/juno")
     assert e.value.rule == "lead-only"
-    with pytest.raises(Refusal) as e:
-        h.register_team("hub", "root")
-    assert e.value.rule == "format"
+    for reserved in ("hub", "default"):     # the hub's own identities; agents with no team
+        with pytest.raises(Refusal) as e:
+            h.register_team(reserved, "root")
+        assert e.value.rule == "reserved-name"
     with pytest.raises(UsageError):
         h.register_team("bad name", "x")
     assert h.team("core")["lead"] == "core/juno"
@@ -272,10 +276,12 @@ def test_team_registry_changes_only_by_its_lead(h):
 
 
 def test_join_resyncs_a_changed_lead(h, proj):
+    with pytest.raises(Refusal):               # a lead not in the registry is refused
+        proj.update_room("core/juno", "room-join", "x",
+                         leads=lambda d: dict(d["leads"], web="web/spartan"))
     h.register_team("web", "spartan", ["ana"], by="web/ana")
-    with pytest.raises(Refusal):                            # the old lead hands over
-        h.join_room("web", "proj", by="core/juno")
-    assert h.join_room("web", "proj", by="web/ana")["lead"] == "web/spartan"
+    # the registry decides: any lead of the room copies the registry's lead in
+    assert h.join_room("web", "proj", by="core/juno")["lead"] == "web/spartan"
     assert proj.view().room["leads"]["web"] == "web/spartan"
 
 

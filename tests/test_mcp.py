@@ -146,13 +146,15 @@ async def scenario(juno, spartan, kilo, transport):
     assert (await juno.ok("create_room", name="war", teams="core"))["room"] == "war"
     await juno.refused("create_room", "format", name="war", teams="core")
     assert "war" in [r["room"] for r in (await kilo.ok("list_rooms"))["rooms"]]
-    assert [r["room"] for r in (await spartan.ok("get_my_rooms"))["rooms"]] == ["war"]
+    # core joined the open lobby when juno took its lead there
+    assert [r["room"] for r in (await spartan.ok("get_my_rooms"))["rooms"]] == ["lobby", "war"]
     assert (await juno.ok("join_room", team_name="ops", room_name="war"))["done"] is True
     assert (await juno.ok("room_status", room_name="war"))["teams"] == ["core", "ops"]
     assert (await juno.ok("leave_room", team_name="ops", room_name="war"))["done"] is True
     assert (await juno.ok("pin_room", room_name="war"))["done"] is True
-    assert [r["pinned"] for r in (await juno.ok("get_my_rooms", team_name="core"))["rooms"]] \
-        == [True]
+    assert [(r["room"], r["pinned"]) for r in
+            (await juno.ok("get_my_rooms", team_name="core"))["rooms"]] == [("lobby", False),
+                                                                            ("war", True)]
     await kilo.refused("archive_room", "lead-only", room_name="war")
     await juno.ok("archive_room", room_name="war")
     archived = await juno.ok("list_rooms", status="archived")

@@ -133,14 +133,17 @@ def test_toml_values_written_as_json_writes_them(v):
         assert fmt._dump_key(v) == json.dumps(v)
 
 
-NAME_CHARS = st.sampled_from(list("aZ09_.-\n/ é١"))
+NAME_CHARS = st.sampled_from(list("aZ09_.-\n/ é١") + [".lock", ".."])
 
 
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(NAME_CHARS, max_size=84).map("".join))
 def test_name_patterns_match_as_re_did(s):
+    """The whole string (no final newline), and safe as a git ref component."""
     for pat, n in ((model.NAME_RE, 39), (model.KEY_RE, 79)):
-        assert bool(pat.match(s)) == bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}$" % n, s))
+        ref_safe = ".." not in s and not s.endswith((".", ".lock"))
+        assert bool(pat.match(s)) == bool(
+            re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" % n, s) and ref_safe)
 
 
 def test_a_fresh_process_walks_only_what_is_new(tmp_path):

@@ -9,7 +9,7 @@ def test_reap_every_archives_an_idle_room_in_the_background(tmp_path):
     now = [int(time.time())]
     hub = hubmod.init(str(tmp_path / "hub.git"), fsync=False, clock=lambda: now[0])
     hub.store.repo.config["gitdrop.idleArchiveDays"] = "1"
-    hub.create_room("core/juno", "quiet")
+    hub.create_room("hub/admin", "quiet")
     stop = hub.reap_every(0.05)
     try:
         time.sleep(0.2)

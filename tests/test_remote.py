@@ -68,7 +68,7 @@ def test_writes_land_on_the_hub(hub, url, tmp_path):
     assert server.task(task["id"])["assignee"] == "core/spartan"
     assert [op for _, op in hub.verify("lobby")][-2:] == ["send", "task-create"]
     # hub-branch and room-lifecycle writes too
-    h.register_team("core", "core/juno", ["core/spartan"])
+    h.register_team("core", "core/juno", ["core/spartan"], by="core/juno")
     h.create_room("core/juno", "dev", ["core"])
     assert hub.team("core")["members"] == ["core/juno", "core/spartan"]
     assert [r["room"] for r in hub.rooms()] == ["dev", "lobby"]

@@ -106,7 +106,7 @@ def test_replay_restores_what_the_crash_lost(tmp_path):
     assert h2.store.tip("refs/heads/hub") == hub_tip
     assert h2.store.reader.commit(h2.store.room_tip("r")).parent == tip
     _fsck(path)
-    assert len(h2.verify("r")) == 7
+    assert len(h2.verify("r")) == 8   # ann taking the lead added team t to the room
     log = wal.for_hub(path)
     assert log._head()[1] == wal.boot_id()       # consistent in this boot again
     assert len(log.records()[0]) == 1            # a new lap: bob's read since

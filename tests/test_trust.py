@@ -1,0 +1,381 @@
+"""Trust: hostile input, lies about names, roles and dates, and the places a hub may
+be opened. Each finding is tried through the door where it was found (the command
+line, MCP over stdio and HTTP, a raw git push); the inputs are in attacks.py.
+
+After every refusal the room must be as it was (no commit, `git fsck` clean) and the
+next ordinary command must work."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from gitdrop import hub as hubmod
+from gitdrop import model
+from gitdrop.errors import NotFound, Refusal, UsageError
+
+import attacks
+from cli_helpers import Gitdrop
+from conftest import git, refused_rule
+
+
+@pytest.fixture
+def gd(hub, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    return Gitdrop(hub.path, str(home), "core/juno")
+
+
+def tips(hub):
+    return git("for-each-ref", "--format=%(refname) %(objectname)", cwd=hub.path).stdout
+
+
+def fsck(path):
+    p = subprocess.run(["git", "--git-dir", str(path), "fsck", "--full", "--strict"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "error" not in p.stderr and "warning" not in p.stderr, \
+        p.stderr
+
+
+# --- names ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", attacks.BAD_NAMES)
+def test_one_validator_refuses_every_bad_name(name):
+    assert not model.is_name(name)
+    for what, longest in (("room", 40), ("task", 80)):
+        if len(name) == 41 and longest == 80:
+            continue   # a task id may be longer than a name
+        with pytest.raises(UsageError) as e:
+            model.check_name(what, name, longest)
+        assert e.value.reason.startswith(f"bad {what} name") and e.value.fix
+
+
+def test_a_long_name_is_told_its_length():
+    with pytest.raises(UsageError) as e:
+        model.check_name("agent", "a" * 41)
+    assert "41 characters; the most is 40" in e.value.reason
+
+
+@pytest.mark.parametrize("agent", attacks.BAD_AGENTS)
+def test_cli_register_refuses_bad_agents_and_writes_nothing(gd, hub, agent):
+    before = tips(hub)
+    r = gd("register", agent, "--json")
+    assert r.rc in (2, 3), r
+    assert r.json["ok"] is False and r.json["fix"]
+    assert tips(hub) == before
+    gd.ok("register", "core/ok")          # the room still works
+    fsck(hub.path)
+
+
+@pytest.mark.parametrize("room", ["../hub", "../../archive/rooms/proj", "x.lock", "a..b",
+                                  "evil\n"])
+def test_cli_room_names_cannot_reach_other_refs(gd, hub, room):
+    hub.room("lobby").register("core/juno")
+    hub.create_room("hub/admin", "proj", open_=True)
+    hub.archive_room("proj", "hub/admin")
+    before = tips(hub)
+    for args in (["--room", room, "who"], ["--room", room, "send", "all", "-m", "x"],
+                 ["room", "create", room]):
+        r = gd(*args, "--json")
+        assert r.rc == 2 and r.json["rule"] == "usage" and "room name" in r.json["reason"], r
+    assert tips(hub) == before
+
+
+def test_push_to_a_bad_room_ref_is_refused(hub, clone):
+    c = clone("core/juno")
+    p = git("push", "origin", "HEAD:refs/heads/rooms/a/b", cwd=c.path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "format", p.stderr
+
+
+# --- trailers and text -----------------------------------------------------------------
+
+@pytest.mark.parametrize("value", attacks.TRAILER_INJECTIONS)
+def test_cli_trailer_values_cannot_inject(gd, hub, team, value):
+    before = tips(hub)
+    for args, env in ((["send", "spartan", "-m", "hi", "--reply-to", value], {}),
+                      (["send", "spartan", "-m", "hi", "--task", value], {}),
+                      (["send", "spartan", "-m", "hi"], {"GITDROP_KEY": value})):
+        if "\x00" in value:   # argv and the environment cannot carry a NUL at all
+            continue
+        r = gd(*args, "--json", env=env)
+        assert r.rc == 2 and r.json["rule"] == "usage", (args, r)
+    assert tips(hub) == before
+    gd.ok("send", "spartan", "-m", "still works")
+    assert [m["text"] for m in team.inbox("core/spartan")["messages"]] == ["still works"]
+
+
+@pytest.mark.parametrize("text", attacks.BAD_TEXTS)
+def test_core_refuses_control_characters_in_messages(hub, team, text):
+    before = tips(hub)
+    with pytest.raises(Refusal) as e:
+        team.send("core/juno", "core/spartan", text)
+    assert e.value.rule == "format" and "control character" in e.value.reason
+    with pytest.raises(Refusal):
+        team.set_context("core/juno", "note", text)
+    assert tips(hub) == before
+
+
+def test_cli_refuses_text_that_is_not_utf8(gd, hub, team, tmp_path):
+    before = tips(hub)
+    r = subprocess.run([*gd_entry(), "send", "spartan", "-m", os.fsdecode(attacks.BAD_UTF8),
+                        "--json"], env=gd.env, capture_output=True, timeout=60)
+    assert r.returncode in (2, 3), r
+    assert b"Traceback" not in r.stderr and b"UTF-8" in r.stderr, r.stderr
+    assert tips(hub) == before
+
+
+def gd_entry():
+    from cli_helpers import ENTRY
+    return ENTRY
+
+
+def push_message(c, message: bytes):
+    """Push a commit whose message is `message`, byte for byte (written with
+    hash-object: git commit would re-encode bytes that are not UTF-8)."""
+    c.pull()
+    head = c.head()
+    tree = git("rev-parse", "HEAD^{tree}", cwd=c.path).stdout.strip()
+    who = f"core/juno <j@example.org> {int(time.time())} +0000".encode()
+    raw = b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n" % (
+        tree.encode(), head.encode(), who, who) + message
+    oid = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"], input=raw,
+                         cwd=c.path, capture_output=True).stdout.decode().strip()
+    p = git("push", "origin", f"{oid}:refs/heads/rooms/{c.room}", cwd=c.path, check=False)
+    return p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("message", [b"hi\x1b[2J there\n", attacks.BAD_UTF8 + b"\n",
+                                     b"x" * (2 << 20) + b"\n",
+                                     b"subject\n\n" + b"y" * (2 << 20) + b"\n"])
+def test_push_refuses_bad_or_huge_messages(hub, team, clone, message):
+    c = clone("core/juno")
+    before = tips(hub)
+    ok, err = push_message(c, message)
+    assert not ok and refused_rule(err) in ("format", "size-limit"), err
+    assert tips(hub) == before
+
+
+@pytest.mark.parametrize("mode", ["100755", "120000"])
+def test_push_refuses_links_and_executables(hub, team, clone, mode):
+    c = clone("core/juno")
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], input="notes\n",
+                          cwd=c.path, capture_output=True, text=True).stdout.strip()
+    git("update-index", "--add", "--cacheinfo", f"{mode},{blob},context/notes.md", cwd=c.path)
+    git("commit", "-q", "-m", "notes", cwd=c.path)
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "format", err
+    assert "plain files only" in err
+
+
+def test_push_refuses_a_key_set_twice(hub, team, clone):
+    c = clone("core/juno")
+    c.write("tasks/9.md", '+++\nid = "9"\ntitle = "t"\nstate = "completed"\n'
+            'state = "pending"\ncreator = "core/juno"\n+++\nbody\n').commit("task 9")
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "format", err
+
+
+# --- power: roles, the hub's identity, rooms -------------------------------------------
+
+@pytest.fixture
+def proj(hub):
+    """A closed room for teams core (lead juno) and web (lead ana)."""
+    hub.register_team("core", "core/juno")
+    hub.register_team("web", "web/ana")
+    hub.create_room("hub/admin", "proj", teams=["core", "web"])
+    r = hub.room("proj")
+    for a in ("core/juno", "core/spartan", "web/ana", "web/mallory"):
+        r.register(a)
+    return r
+
+
+def test_a_self_declared_lead_is_refused_by_the_cli(proj, hub, tmp_path):
+    home = tmp_path / "h2"
+    home.mkdir()
+    gd = Gitdrop(hub.path, str(home), "web/mallory")
+    doc = gd.refused(3, "lead-only", "--room", "proj", "register", "web/mallory",
+                     "--role", "lead")
+    assert "web/ana" in doc["reason"]
+
+
+def test_a_lead_role_pushed_by_hand_grants_nothing(proj, hub, clone):
+    t = proj.create_task("core/juno", "core work", assignee="core/spartan")["id"]
+    proj.declare_contract("core/spartan", "api.core", "GET /core")
+    c = clone("web/mallory", room="proj")
+    text = c.read("agents/web/mallory.toml").replace('roles = []', 'roles = ["lead"]')
+    c.write("agents/web/mallory.toml", text).commit("mallory is a lead now")
+    assert c.push()[0]                       # a label: it may say so...
+    assert not proj.view().is_lead("web/mallory")
+    with pytest.raises(Refusal) as e:        # ...and it grants nothing
+        proj.move_task("web/mallory", t, "cancel", note="mine now")
+    assert e.value.rule == "task-state-machine"
+    with pytest.raises(Refusal) as e:
+        proj.declare_contract("web/mallory", "api.core", "GET /mallory")
+    assert e.value.rule == "contract-owner"
+    with pytest.raises(Refusal) as e:
+        proj.deregister("web/mallory", "core/juno")
+    assert e.value.rule == "lead-only"
+    with pytest.raises(Refusal) as e:
+        proj.update_room("web/mallory", "room-settings", "cap", settings={"loop_cap": 0})
+    assert e.value.rule == "lead-only"
+
+
+def test_nobody_registers_as_the_hub(hub, lobby):
+    for who in ("hub/admin", "hub/reaper"):
+        with pytest.raises(Refusal) as e:
+            lobby.register(who)
+        assert e.value.rule == "reserved-name"
+    with pytest.raises(Refusal) as e:
+        lobby.register("default/boss", ["lead"])
+    assert e.value.rule == "reserved-name"
+
+
+def test_first_lead_of_a_team_creates_it_the_next_is_refused(hub, lobby):
+    lobby.register("core/juno", ["lead"])
+    assert hub.team("core")["lead"] == "core/juno"
+    assert lobby.view().room["leads"] == {"core": "core/juno"}
+    assert lobby.view().is_lead("core/juno")
+    with pytest.raises(Refusal) as e:
+        lobby.register("core/mallory", ["lead"])
+    assert e.value.rule == "lead-only" and "core/juno" in e.value.reason
+    assert not lobby.view().agent("core/mallory")
+
+
+def test_rooms_are_created_by_a_lead_of_their_teams_or_the_operator(hub, lobby):
+    hub.register_team("core", "core/juno")
+    with pytest.raises(Refusal) as e:
+        hub.create_room("core/spartan", "side", teams=["core"])
+    assert e.value.rule == "lead-only"
+    with pytest.raises(Refusal) as e:
+        hub.create_room("web/eve", "nobodys")
+    assert e.value.rule == "lead-only"
+    assert hub.create_room("core/juno", "side", teams=["core"])["leads"] == {"core": "core/juno"}
+    assert hub.create_room("hub/admin", "ops")["open"] is True
+
+
+def _root_room_commit(tmp_path, room, author, leads, teams):
+    """A clone with one root commit creating `room`, written by hand."""
+    path = tmp_path / f"new-{room}"
+    git("init", "-q", str(path))
+    git("config", "user.name", author, cwd=path)
+    git("config", "user.email", "x@example.org", cwd=path)
+    leads_toml = "".join(f'{t} = "{lead}"\n' for t, lead in leads.items())
+    (path / "room.toml").write_text(
+        f'name = "{room}"\ncreated = {int(time.time())}\nopen = false\n'
+        f'teams = [{", ".join(chr(34) + t + chr(34) for t in teams)}]\n'
+        f'pinned = false\n\n[leads]\n{leads_toml}')
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", f"room {room}\n\nGitdrop-Op: room-create", cwd=path)
+    return path
+
+
+def test_a_pushed_room_with_made_up_leads_is_refused(hub, tmp_path):
+    hub.register_team("core", "core/juno")
+    path = _root_room_commit(tmp_path, "forged", "hub/admin", {"core": "core/mallory"},
+                             ["core"])
+    p = git("push", hub.path, "HEAD:refs/heads/rooms/forged", cwd=path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "lead-only", p.stderr
+    assert "registry" in p.stderr
+    assert not hub.store.tip("refs/heads/rooms/forged")
+    path = _root_room_commit(tmp_path, "fine", "core/juno", {"core": "core/juno"}, ["core"])
+    assert git("push", hub.path, "HEAD:refs/heads/rooms/fine", cwd=path, check=False
+               ).returncode == 0
+
+
+def test_a_pushed_room_by_someone_else_than_the_pusher_is_refused(hub, tmp_path):
+    """Over an authenticated transport the room-create commit is no exception."""
+    hub.register_team("core", "core/juno")
+    path = _root_room_commit(tmp_path, "sneaky", "core/juno", {"core": "core/juno"},
+                             ["core"])
+    env = dict(os.environ, GITDROP_PUSHER="web/eve")
+    p = subprocess.run(["git", "push", hub.path, "HEAD:refs/heads/rooms/sneaky"], cwd=path,
+                       env=env, capture_output=True, text=True)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "authenticated-pusher", p.stderr
+
+
+# --- time: dates are the pusher's word -------------------------------------------------
+
+def test_back_dated_messages_do_not_slip_past_the_loop_guard(hub, team, clone):
+    team.update_room("core/juno", "room-settings", "cap",
+                     settings={"loop_cap": 5, "loop_window": 60})
+    c = clone("core/spartan")
+    team.inbox("core/spartan")
+    c.pull()
+    start = int(time.time()) - 3000
+    for i in range(50):                      # 61 s apart, as if sent over 50 minutes
+        date = f"{start + 61 * i} +0000"
+        git("commit", "-q", "--allow-empty", "-m", f"msg {i}", cwd=c.path,
+            env={"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date})
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "clock", err
+    # dated now, the same burst meets the loop guard within one push
+    git("reset", "-q", "--hard", "origin/rooms/lobby", cwd=c.path)
+    for i in range(6):
+        c.commit(f"burst {i}", allow_empty=True)
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "loop-guard", err
+    git("reset", "-q", "--hard", "origin/rooms/lobby", cwd=c.path)
+    for i in range(5):
+        c.commit(f"burst {i}", allow_empty=True)
+    assert c.push()[0]
+
+
+def test_a_back_dated_push_cannot_make_a_busy_room_look_idle(hub, team, clone):
+    hub.store.repo.config["gitdrop.idleArchiveDays"] = "1"
+    c = clone("core/juno")
+    date = f"{int(time.time()) - 3 * 86400} +0000"
+    git("commit", "-q", "--allow-empty", "-m", "old news", cwd=c.path,
+        env={"GIT_COMMITTER_DATE": date})
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "clock" and "in the past" in err, err
+    assert hub.reap()["archived"] == []
+
+
+# --- idempotency keys ---------------------------------------------------------------------
+
+def test_a_key_names_one_operation_with_one_payload(gd, hub, team):
+    key = {"GITDROP_KEY": "k1"}
+    first = gd.js("send", "spartan", "-m", "one", env=key)
+    again = gd.js("send", "spartan", "-m", "one", env=key)
+    assert again["commit"] == first["commit"]          # the same call replays
+    doc = gd.refused(3, "idempotency-key", "send", "spartan", "-m", "two", env=key)
+    assert first["commit"][:12] in doc["commit"]
+    assert [m["text"] for m in team.inbox("core/spartan")["messages"]] == ["one"]
+    created = gd.ok("task", "create", "t1", env={"GITDROP_KEY": "k2"}).out.strip()
+    assert gd.ok("task", "create", "t1", env={"GITDROP_KEY": "k2"}).out.strip() == created
+    gd.refused(3, "idempotency-key", "task", "create", "t2", env={"GITDROP_KEY": "k2"})
+    gd.refused(3, "idempotency-key", "task", "cancel", created, "--reason", "x",
+               env={"GITDROP_KEY": "k2"})
+    gd.ok("task", "cancel", created, "--reason", "x", env={"GITDROP_KEY": "k3"})
+    gd.ok("task", "cancel", created, "--reason", "x", env={"GITDROP_KEY": "k3"})
+    assert team.task(created)["state"] == "cancelled"
+
+
+# --- where a hub may be opened ---------------------------------------------------------------
+
+def test_a_path_that_is_not_a_hub_is_not_written(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "passwd").write_text("root:x:0:0\n")
+    project = tmp_path / "project"
+    git("init", "-q", str(project))
+    for target in (folder, project, project / ".git", tmp_path / "typo.git"):
+        before = sorted(os.listdir(target)) if target.exists() else None
+        gd = Gitdrop(str(target), str(home), "core/juno")
+        doc = gd.refused(4, "not-found", "who")
+        assert "no such hub" in doc["reason"] and "gitdrop init" in doc["fix"]
+        assert (sorted(os.listdir(target)) if target.exists() else None) == before
+    r = Gitdrop(str(folder), str(home))("init", str(folder), "--json")
+    assert r.rc == 2 and sorted(os.listdir(folder)) == ["passwd"], r
+    with pytest.raises(NotFound):
+        hubmod.Hub(str(folder))
+    # the built-in default is made on first use, and init makes one anywhere new
+    gd = Gitdrop("", str(home), "core/juno")
+    gd.env.pop("GITDROP_HUB")
+    gd.ok("register", "core/juno")
+    assert (home / ".gitdrop" / "hub.git" / "HEAD").exists()
+    Gitdrop(str(tmp_path / "new.git"), str(home)).ok("init")
+    fsck(tmp_path / "new.git")
