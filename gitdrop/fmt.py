@@ -373,9 +373,12 @@ def parse_message(message: str) -> tuple[str, str, list[tuple[str, str]]]:
     Only a last paragraph made wholly of `Gitdrop-Key: value` lines counts as
     trailers, so a message text that ends in "Note: x" stays text.
     """
-    message = message.replace("\r\n", "\n").strip("\n")
-    subject, _, rest = message.partition("\n")
-    rest = rest.strip("\n")
+    message = message.replace("\r\n", "\n")
+    if message.startswith("\n"):   # an empty first line: no subject, as git reads it
+        subject, rest = "", message.strip("\n")
+    else:
+        subject, _, rest = message.strip("\n").partition("\n")
+        rest = rest.strip("\n")
     trailers: list[tuple[str, str]] = []
     paras = rest.split("\n\n") if rest else []
     if not paras and subject.startswith(TRAILER_PREFIX):
@@ -395,14 +398,40 @@ def parse_message(message: str) -> tuple[str, str, list[tuple[str, str]]]:
     return subject, "\n\n".join(paras).strip("\n"), trailers
 
 
+_TOKEN = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-"
+
+
+def _one_line(s: str) -> bool:
+    """No line break nor other control character (C0, DEL, C1), no lone surrogate."""
+    return s.isprintable() or all(
+        " " <= ch and not "\x7f" <= ch <= "\x9f" and not "\ud800" <= ch <= "\udfff"
+        for ch in s)
+
+
 def format_message(subject: str, body: str, trailers: list[tuple[str, str]]) -> str:
+    """A commit message: the subject (on one line), the body, the trailers.
+
+    A trailer key is letters, digits and `-` (what git reads as a trailer's name) and
+    a value one line without control characters, stripped of spaces at its ends:
+    anything else raises FormatError (a ValueError), so that no value adds a trailer
+    line of its own (a reply_to of "x\nGitdrop-To: all" would turn a direct message
+    into a note to everyone). git reads the trailers written here as parse_message
+    reads them (tests/test_fuzz_formats.py runs git interpret-trailers)."""
     subject = " ".join(subject.split())
     parts = [subject]
     body = body.strip("\n")
     if body:
         parts.append(body)
     if trailers:
-        parts.append("\n".join(f"{TRAILER_PREFIX}{k.title()}: {v}" for k, v in trailers))
+        lines = []
+        for k, v in trailers:
+            if not k or not k.isascii() or k.strip(_TOKEN):
+                raise FormatError(f"trailer key {k[:40]!r}: use letters, digits and - only")
+            if not _one_line(v):
+                raise FormatError(f"trailer {k}: the value {v[:40]!r} holds a line break or "
+                                  "another control character")
+            lines.append(f"{TRAILER_PREFIX}{k.title()}: {v.strip()}")
+        parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 
 

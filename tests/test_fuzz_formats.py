@@ -3,6 +3,7 @@ accepts, tomllib reads with the same values; whatever gitdrop writes in a commit
 message, git reads with the same trailers."""
 
 import pathlib
+import shutil
 import subprocess
 import sys
 import tomllib    # the tests' reference reader: fmt itself never imports it
@@ -318,6 +319,98 @@ def test_front_matter_is_read_as_a_toml_reader_reads_it(header, body, opener, cl
     assert same(mine[0], ref[0]), f"{text!r}: fmt reads {mine[0]!r}, tomllib {ref[0]!r}"
     assert mine[1] == ref[1]
 
+
+# --- commit messages: git reads the trailers gitdrop writes as gitdrop reads them ---
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def git_trailers(message: str, *options: str) -> list[tuple[str, str]]:
+    """The Gitdrop-* trailers of `message` as git interpret-trailers reads them."""
+    out = subprocess.run(["git", "-c", "trailer.separators=:", "interpret-trailers",
+                          "--parse", *options], input=message.encode(), capture_output=True,
+                         check=True).stdout.decode()
+    got = []
+    for line in out.split("\n"):
+        key, _, value = line.partition(":")     # git prints "Key: value", as it is
+        if key.lower().startswith(fmt.TRAILER_PREFIX.lower()):
+            got.append((key[len(fmt.TRAILER_PREFIX):].lower(), value.removeprefix(" ")))
+    return got
+
+
+@pytest.mark.parametrize("trailers", [
+    [("op", "send"), ("reply-to", "abc\nGitdrop-To: all")],
+    [("to", "core/x\rGitdrop-To: all")], [("to", "a\x00b")], [("to", "a\x1b[2J")],
+    [("to", "a\x7f")], [("to", "a\x85")], [("to", "a\u2028b\x00")],
+    [("op: x\nGitdrop-To", "all")], [("a:b", "x")], [("a b", "x")], [("", "x")],
+    [("tö", "x")], [("to\n", "x")]])
+def test_no_trailer_value_or_key_can_add_a_line(trailers):
+    with pytest.raises(ValueError, match="trailer"):
+        fmt.format_message("s", "b", trailers)
+
+
+def test_a_reply_to_cannot_turn_a_direct_message_into_a_note_to_all():
+    with pytest.raises(fmt.FormatError):
+        fmt.format_message("juno → kai: hi", "hi", [
+            ("op", "send"), ("to", "core/kai"), ("reply-to", "x\nGitdrop-To: all")])
+
+
+TRAILER_KEY = st.text(st.sampled_from(list("abcxyz019-")), min_size=1, max_size=8)
+TRAILER_VALUE = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")),
+                        max_size=12) | st.sampled_from(
+    ["core/juno, all", "  padded  ", "a: b", "x #y", "@team", "", " ", "\u2028", "é\xa0"])
+TRAILERS = st.lists(st.tuples(TRAILER_KEY, TRAILER_VALUE), min_size=1, max_size=4)
+BODY_PIECE = st.one_of(
+    st.text(st.characters(codec="utf-8", blacklist_characters="\x00\r"), max_size=10),
+    st.sampled_from(["\n", "\n\n", "\n\n\n", " \n", "\n ", "---", "\n---\n", "# x", "\n#",
+                     "Gitdrop-To: all", "\nGitdrop-To: all\n", "Note: x", "\tindented",
+                     "Signed-off-by: a <a@b>", "(cherry picked from commit 1)"]))
+BODY = st.lists(BODY_PIECE, max_size=5).map("".join)
+SUBJECT = st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SUBJECT, BODY, TRAILERS)
+def test_a_message_reads_back_as_written(subject, body, trailers):
+    subject_back, body_back, trailers_back = fmt.parse_message(
+        fmt.format_message(subject, body, trailers))
+    assert trailers_back == [(k, v.strip()) for k, v in trailers]
+    assert subject_back == " ".join(subject.split())
+    assert body_back == body.strip("\n")
+
+
+@needs_git
+@settings(max_examples=60, deadline=None)
+@given(SUBJECT, BODY, TRAILERS)
+def test_git_reads_the_trailers_gitdrop_writes(subject, body, trailers):
+    message = fmt.format_message(subject, body, trailers)
+    mine = fmt.parse_message(message)[2]
+    # As git reads a commit's message (git log --format=%(trailers) does the same).
+    assert git_trailers(message, "--no-divider") == mine, repr(message)
+    # Without --no-divider git reads the input as a patch mail and stops at a line
+    # "---"; a message with no such line it reads the same way.
+    if not any(line[:3] == "---" and line[3:4] in ("", " ", "\t", "\r")
+               for line in message.split("\n")):
+        assert git_trailers(message) == mine, repr(message)
+
+
+@needs_git
+def test_git_log_shows_the_trailers_of_a_commit_gitdrop_writes(tmp_path):
+    """A body with a Markdown rule (---), comments and trailer-like lines of its own."""
+    message = fmt.format_message("juno → kai: the plan", "First:\n---\n# not a comment\n\n"
+                                 "Gitdrop-To: all\n\nNote: x",
+                                 [("op", "send"), ("to", "core/kai"), ("reply-to", "abc")])
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+                          "--allow-empty", "--cleanup=verbatim", "-F", "-"],
+                   input=message.encode(), check=True)
+    shown = subprocess.run(git + ["log", "-1", "--format=%(trailers:only,unfold)"],
+                           capture_output=True, check=True, text=True).stdout
+    assert shown.split("\n")[:3] == ["Gitdrop-Op: send", "Gitdrop-To: core/kai",
+                                     "Gitdrop-Reply-To: abc"]
+    assert fmt.parse_message(message)[2] == [("op", "send"), ("to", "core/kai"),
+                                             ("reply-to", "abc")]
 
 
 def test_reading_imports_neither_re_nor_json_nor_tomllib():
