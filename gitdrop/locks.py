@@ -89,26 +89,28 @@ def grace(git_dir: str) -> float:
 
 
 def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -> str:
-    """Look at the lock on `ref` (a ref name, e.g. refs/heads/rooms/x) and clear it if
-    its owner is dead. An unheld lock younger than the grace period is looked at
-    again until it goes, is taken, or ages (at most `wait` seconds; by default a
-    little over the grace period, so that the first write after a kill goes
-    through). Returns
+    """Wait for the lock on `ref` (a ref name, e.g. refs/heads/rooms/x) to go, and
+    clear it if its owner is dead. A held lock is waited for until its writer lets
+    it go (its write is done: the caller builds again on what it wrote); an unheld
+    one until it goes or is older than the grace period. At most `wait` seconds;
+    by default a little over the grace period, so that the first write after a
+    kill goes through. Returns
       "free"    no lock there (now);
-      "held"    a live gitdrop writer holds it: a lost race;
-      "young"   unheld, still younger than the grace period when the wait ended;
+      "held"    a live gitdrop writer still holds it;
+      "young"   unheld, still younger than the grace period;
       "cleared" its owner was dead: it is gone.
     `log`: tell the hub's write-ahead log first (False while replaying it)."""
     lock = os.path.join(git_dir, ref + ".lock")
     limit = grace(git_dir)
     deadline = time.monotonic() + (limit + 0.25 if wait is None else wait)
-    delay = 0.001
+    delay = 0.0005
     while True:
         state = _look(git_dir, ref, lock, limit, log)
-        if state != "young" or time.monotonic() >= deadline:
+        if state in ("free", "cleared") or time.monotonic() >= deadline:
             return state
         time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        # a live writer's lock lasts one write (milliseconds): look again soon
+        delay = min(delay * 2, 0.002 if state == "held" else 0.05)
 
 
 def _look(git_dir: str, ref: str, lock: str, limit: float, log: bool) -> str:
