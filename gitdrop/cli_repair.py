@@ -244,8 +244,7 @@ def repair(s: Scope,
            drop: Annotated[Optional[list[str]], typer.Option(
                "--drop", metavar="REF",
                help="Remove a damaged REF that has nothing to put back (repeat).")] = None):
-    """Check the hub: clear locks left by dead processes, rebuild a damaged log, and
-    list damaged refs with the value to put back (--apply puts it back)."""
+    """Clear dead processes' locks, rebuild a damaged log, list damaged refs (--apply)."""
     path = hub_path(s)
     hub = f"gitdrop --hub {path} repair"
     report: dict = {"hub": path, "log": "none", "locks_cleared": [], "locks_in_use": [],

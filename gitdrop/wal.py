@@ -314,6 +314,7 @@ class Log:
                 try:
                     fd = os.open(self.path, os.O_RDWR)
                 except FileNotFoundError:
+                    _syncfs(self.fd)   # the records go with the old file: as a lap ends
                     create(self.git_dir)
                     fd = os.open(self.path, os.O_RDWR)
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -367,7 +368,8 @@ class Log:
         The log only matters after a crash: refs and objects never depend on it
         while the machine runs (a process that dies leaves the page cache, and so
         every write, intact). So if the damaged log was last written in this boot,
-        nothing is lost. If the machine restarted since, the records that are still
+        nothing is lost: what its records name is synced to the device first, as
+        when a lap ends. If the machine restarted since, the records that are still
         whole are carried into the new log and replayed; a write whose record was
         damaged may be lost, and the message says what to check."""
         st = os.fstat(self.fd)
@@ -384,7 +386,11 @@ class Log:
             if HEADER * 4 <= declared <= 1 << 34:
                 size = declared
         records, lap, end = ([], 1, HEADER)
-        if restarted:
+        if not restarted:
+            # As when a lap ends: what the old records name reaches the device in git's
+            # own form before they are dropped (a write they made durable stays so).
+            _syncfs(self.fd)
+        else:
             try:   # a whole header (the file was cut short) says which lap is current
                 known = self._head()[0]
             except Damaged:
@@ -696,7 +702,11 @@ def settle_dead(git_dir: str, ref: str, unlink) -> bool:
     try:
         cur = _read_ref(git_dir, ref)
         if cur is not None:
-            last = log.last_update(ref)
+            try:
+                last = log.last_update(ref)
+            except Damaged as e:   # damaged meanwhile: a new log holds no record yet
+                log._recover(str(e))
+                last = None
             if last is not None and last != cur:
                 log._write(_encode([(ref, cur, cur)], []))
         return unlink()
