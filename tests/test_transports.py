@@ -418,6 +418,36 @@ def test_http_needs_a_login(served, room):
     assert p.returncode != 0
 
 
+def test_a_room_cannot_be_forged_through_any_door(served, team, tmp_path):
+    """A room's first commit pushed by hand, authored by the hub's own identity with a
+    made-up lead: refused on every transport (an authenticated one knows the pusher is
+    juno; git daemon knows nobody, and the registry says core's lead is juno)."""
+    name = f"forged-{served.kind}"
+    path = tmp_path / name
+    git("init", "-q", str(path))
+    git("config", "user.name", "hub/admin", cwd=path)
+    git("config", "user.email", "admin@example.org", cwd=path)
+    (path / "room.toml").write_text(
+        f'name = "{name}"\ncreated = {int(time.time())}\nopen = false\nteams = ["core"]\n'
+        'pinned = false\n\n[leads]\ncore = "core/mallory"\n')
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "room\n\nGitdrop-Op: room-create", cwd=path)
+    url = served.url("core/juno")
+    p = git("push", url, f"HEAD:refs/heads/rooms/{name}", cwd=path, check=False)
+    want = "authenticated-pusher" if served.authenticates else "lead-only"
+    assert p.returncode != 0 and refused_rule(p.stderr) == want, p.stderr
+    assert not served.hub.store.tip(f"refs/heads/rooms/{name}")
+    # the registry's lead, as herself, may create it
+    git("config", "user.name", "core/juno", cwd=path)
+    (path / "room.toml").write_text((path / "room.toml").read_text().replace(
+        "core/mallory", "core/juno"))
+    git("commit", "-q", "-a", "--amend", "--reset-author", "-m",
+        "room\n\nGitdrop-Op: room-create", cwd=path)
+    p = git("push", url, f"HEAD:refs/heads/rooms/{name}", cwd=path, check=False)
+    assert p.returncode == 0, p.stderr
+    assert served.hub.room(name).view().room["leads"] == {"core": "core/juno"}
+
+
 @pytest.mark.parametrize("served", ["ssh"], indirect=True)
 def test_ssh_keys_reach_only_git_on_the_hub(served):
     p = subprocess.run(served.ssh + ["juno.gitdrop", "cat /etc/passwd"],

@@ -379,3 +379,61 @@ def test_a_path_that_is_not_a_hub_is_not_written(tmp_path):
     assert (home / ".gitdrop" / "hub.git" / "HEAD").exists()
     Gitdrop(str(tmp_path / "new.git"), str(home)).ok("init")
     fsck(tmp_path / "new.git")
+
+
+# --- what gitdrop accepts, git and TOML accept and read the same --------------------------
+
+from hypothesis import given, settings, strategies as st   # noqa: E402
+
+NAME_ALPHABET = st.sampled_from(list("aZ09_.-/\n @{}~^:?*[\\") + [".lock", "..", "@{"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(NAME_ALPHABET, min_size=1, max_size=12).map("".join))
+def test_every_name_gitdrop_accepts_is_a_ref_git_accepts(name):
+    if not model.is_name(name):
+        return
+    p = subprocess.run(["git", "check-ref-format", f"refs/heads/rooms/{name}"])
+    assert p.returncode == 0, name
+
+
+def test_every_file_a_busy_room_holds_reads_the_same_in_tomllib(hub, tmp_path):
+    """A room that used every kind of file, then every blob of the hub's history
+    (rooms, the hub branch) through tomllib: the same header, field for field."""
+    import tomllib
+    from gitdrop import fmt
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"], description='says "hi" \\ and \t tabs')
+    lobby.register("core/spartan", ["coder", "ünïcode"])
+    hub.register_team("web", "web/ana", ["web/bo"])
+    hub.create_room("core/juno", "proj", teams=["core", "web"],
+                    settings={"loop_cap": 9, "clock_skew": 20})
+    proj = hub.room("proj")
+    proj.register("core/juno")
+    proj.register("web/ana")
+    t = lobby.create_task("core/juno", 'Title with "quotes" and \\ back', body="+++ not a header\n",
+                          assignee="core/spartan", tags=["a b", "é"], priority=-3)["id"]
+    lobby.move_task("core/spartan", t, "start")
+    lobby.move_task("core/spartan", t, "ask", question="line one\nline two")
+    lobby.start_handshake("core/juno", "plan:\n- one\n- two", targets=["core/spartan"])
+    lobby.declare_contract("core/spartan", "api.users", "GET /users\n\t-> [{id}]",
+                           kind="api_endpoint")
+    lobby.set_context("core/juno", "notes", "= not toml =\n[nor this]")
+    lobby.set_status("core/spartan", "busy \u2028 with a separator")
+    blobs = git("rev-list", "--objects", "--all", cwd=hub.path).stdout.split("\n")
+    checked = 0
+    for line in blobs:
+        oid, _, path = line.partition(" ")
+        if not path.endswith((".toml", ".md")) or path.startswith("context/") or \
+                path.rsplit("/", 1)[-1] == "context":
+            continue
+        text = git("cat-file", "-p", oid, cwd=hub.path).stdout
+        if path.endswith(".toml"):
+            mine = fmt.loads_toml(text)
+            header = text
+        else:
+            mine = fmt.loads_doc(text)[0]
+            header = text[4:text.index("\n+++", 3)]
+        assert tomllib.loads(header) == mine, (path, text)
+        checked += 1
+    assert checked >= 12
