@@ -28,12 +28,18 @@ def _refuse(rule, c, reason, fix=""):
     raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
 
 
+HUB_MESSAGE_MAX = 4096    # bytes of a hub branch commit message
+HUB_FILE_MAX = 65536      # bytes of a team file
 ADMIN_TEAM = model.ADMIN_TEAM   # hub/<name>: the hub's own identities (admin, reaper)
 
 
 def check(reader, c, changes, pusher="") -> str:
     """A commit on the hub branch: create or update one team."""
     op = c.op or "team-update"
+    from .rules import bad_text
+    if len(c.message.encode("utf-8", "surrogateescape")) > HUB_MESSAGE_MAX or bad_text(c.message):
+        _refuse("format", c, f"the commit message is over {HUB_MESSAGE_MAX} bytes, not UTF-8, "
+                "or holds control characters", "write a short plain-text message")
     if pusher and c.author != pusher:
         _refuse("authenticated-pusher", c, f"author {c.author} but pushed as {pusher}",
                 f"recommit as {pusher}")
@@ -50,7 +56,14 @@ def check(reader, c, changes, pusher="") -> str:
     team = path[6:-5]
     if new is None:
         _refuse("one-operation", c, "teams are not deleted", "")
-    doc = _team(c, reader.blob_text(new))
+    mode = getattr(reader, "mode", None)
+    if mode is not None and c.tree and mode(c.tree, path) != 0o100644:
+        _refuse("format", c, f"{path} is not a plain file", "commit a plain, non-executable file")
+    text = reader.blob_text(new) or ""
+    if len(text.encode("utf-8", "surrogateescape")) > HUB_FILE_MAX or bad_text(text):
+        _refuse("format", c, f"{path} is over {HUB_FILE_MAX} bytes, not UTF-8, or holds "
+                "control characters", "a team file is a few lines of TOML")
+    doc = _team(c, text)
     if doc["name"] != team or not model.is_name(team):
         _refuse("format", c, f"name must be {team!r}", "")
     if team in model.RESERVED_TEAMS:

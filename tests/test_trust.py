@@ -437,3 +437,22 @@ def test_every_file_a_busy_room_holds_reads_the_same_in_tomllib(hub, tmp_path):
         assert tomllib.loads(header) == mine, (path, text)
         checked += 1
     assert checked >= 12
+
+
+def test_the_hub_branch_has_bounds_too(hub, tmp_path):
+    hub.register_team("core", "core/juno")
+    path = tmp_path / "hubclone"
+    git("clone", "-q", "-b", "hub", hub.path, str(path))
+    git("config", "user.name", "web/ana", cwd=path)
+    git("config", "user.email", "ana@example.org", cwd=path)
+    os.makedirs(path / "teams", exist_ok=True)
+    (path / "teams" / "web.toml").write_text('name = "web"\nlead = "web/ana"\n'
+                                             'members = ["web/ana"]\ncreated = 1\n')
+    git("add", "-A", cwd=path)
+    subprocess.run(["git", "commit", "-q", "-F", "-"], cwd=path, check=True,
+                   input="team web\n\n" + "x" * 100000, text=True)
+    p = git("push", "origin", "HEAD:hub", cwd=path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "format", p.stderr
+    git("commit", "-q", "--amend", "-m", "team web", cwd=path)
+    assert git("push", "origin", "HEAD:hub", cwd=path, check=False).returncode == 0
+    assert hub.team("web")["lead"] == "web/ana"
