@@ -18,12 +18,16 @@ import bench_kill  # noqa: E402
 def test_kill_nine_at_random_moments(tmp_path):
     hub = str(tmp_path / "hub.git")
     bench_kill.make_hub(hub, grace=0.3)
-    s = bench_kill.Run(hub, seed=7).go(core=50, cli=30, mcp=8, tools=25)
+    # Writers pause up to 30 ms between writes: back to back, the optimistic write
+    # loop can lose 20 races in a row with or without a kill (bench_kill.py's note).
+    s = bench_kill.Run(hub, seed=7, pause=0.03, inflight=1).go(core=50, cli=30, mcp=8,
+                                                               tools=25)
     report = bench_kill.summary(s)
     print(report)
     assert sum(s["kills"].values()) >= 100, report
     assert sum(s["left"].values()) > 0, report      # some kills did leave the lock
     assert not s["failures"], s["failures"][:5]     # every next write went through
+    assert not s["starved"], s["starved"][:5]
     assert not s["survived"], report                # no lock outlived its owner's death
     assert not s["missing"], s["missing"][:5]       # no acknowledged write lost
     assert s["fsck"] == 0, s["fsck_out"]
