@@ -377,7 +377,7 @@ def _check_unread_and_loop(before, c, ctx):
     # push count as sent now, whatever their dates say.
     at = c.time if ctx.now is None else ctx.now
     since = at - window
-    fresh = ctx.fresh
+    fresh = ctx.fresh if ctx.now is not None else ()   # re-validation: dates only
     if cursor and not fresh and _quick_ok(ctx.reader, c, cursor, lead, cap, window, since):
         return
     unread, senders, sent, oldest_sent = 0, [], 0, None
