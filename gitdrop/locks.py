@@ -28,6 +28,7 @@ except ImportError:   # not POSIX: no flock, so no lock is ever taken for dead
     fcntl = None
 
 GRACE = 2.0          # seconds; gitdrop.staleLockSeconds in the hub's config
+HELD_WAIT = 0.25     # seconds a held lock is waited for (a write takes milliseconds)
 _GRACE: dict = {}    # git_dir -> seconds, read once a process
 
 
@@ -91,10 +92,10 @@ def grace(git_dir: str) -> float:
 def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -> str:
     """Wait for the lock on `ref` (a ref name, e.g. refs/heads/rooms/x) to go, and
     clear it if its owner is dead. A held lock is waited for until its writer lets
-    it go (its write is done: the caller builds again on what it wrote); an unheld
-    one until it goes or is older than the grace period. At most `wait` seconds;
-    by default a little over the grace period, so that the first write after a
-    kill goes through. Returns
+    it go (its write is done: the caller builds again on what it wrote), at most
+    HELD_WAIT; an unheld one until it goes or is older than the grace period, at
+    most `wait` seconds: by default a little over the grace period, so that the
+    first write after a kill goes through. Returns
       "free"    no lock there (now);
       "held"    a live gitdrop writer still holds it;
       "young"   unheld, still younger than the grace period;
@@ -102,11 +103,15 @@ def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -
     `log`: tell the hub's write-ahead log first (False while replaying it)."""
     lock = os.path.join(git_dir, ref + ".lock")
     limit = grace(git_dir)
-    deadline = time.monotonic() + (limit + 0.25 if wait is None else wait)
+    now = time.monotonic()
+    deadline = now + (limit + 0.25 if wait is None else wait)
+    held_until = now + HELD_WAIT
     delay = 0.0005
     while True:
         state = _look(git_dir, ref, lock, limit, log)
-        if state in ("free", "cleared") or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if state in ("free", "cleared") or now >= deadline or \
+                (state == "held" and now >= held_until):
             return state
         time.sleep(delay)
         # a live writer's lock lasts one write (milliseconds): look again soon
