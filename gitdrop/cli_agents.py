@@ -134,7 +134,11 @@ def _event_line(ev: dict) -> str:
         head = f"{paint(who, 'bold')} → {VIA.get(ev.get('via'), ev.get('via', ''))}"
         text = ev["text"].rstrip("\n").replace("\n", "\n    ")
         return f"{head}  {paint(when, 'dim')}\n    {text}"
-    return f"{paint('•', 'cyan')} {ev['subject']}  {paint(when, 'dim')}"
+    line = f"{paint('•', 'cyan')} {ev['subject']}  {paint(when, 'dim')}"
+    text = (ev.get("text") or "").rstrip("\n")
+    if text:   # a reason, a note, a question or an answer: what the reader must see
+        line += "\n    " + text.replace("\n", "\n    ")
+    return line
 
 
 @command(app, "inbox")

@@ -27,8 +27,14 @@ def team_create(s: Scope,
                     "--member", "-m", help="A member (repeat, or a comma list).")] = None):
     """Register a team (or update it: its lead only)."""
     by = s.agent_value
-    if by and "/" not in by:
-        by = f"{name}/{by}"
+    if by and "/" not in by:   # who that is, among the registry's leads and members
+        from .core import by_short_name
+        known = {m for t in s.hub.teams() for m in [t["lead"], *t["members"]]}
+        found = by_short_name(by, known)
+        if not found:
+            raise UsageError(f"--as {by}: no team's lead or member has that name",
+                             "say who you are as team/name (--as team/name)")
+        by = found
     t = s.hub.register_team(name, lead, split_list(member), by=by)
     s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
 

@@ -80,7 +80,8 @@ def check(reader, c, changes, pusher="") -> str:
     if old is None:
         if c.author != doc["lead"] and not model.is_hub_identity(c.author):
             _refuse("lead-only", c, f"team {team} is created by its lead {doc['lead']} "
-                    f"(or a hub admin), not {c.author}", f"commit as {doc['lead']}")
+                    f"(or the hub's operator), not {c.author}",
+                    f"create it as its lead (--as {doc['lead']}), or ask the hub's operator")
         return "team-create"
     prev = _team(c, reader.blob_text(old))
     if c.author != prev["lead"]:

@@ -153,7 +153,9 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if ctx.pusher and c.author != ctx.pusher:
         _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
                 f"push was authenticated as {ctx.pusher}",
-                f"recommit with git config user.name {ctx.pusher}")
+                f"recommit your commits as {ctx.pusher} and push again: git config user.name "
+                f"{ctx.pusher} && git rebase --exec 'git commit --amend --no-edit "
+                "--allow-empty --reset-author' @{u}")
     fn = CHECKS.get(op) or (_check_task_move if op.startswith("task-") else None)
     if fn is None:
         _refuse("one-operation", c, f"unknown operation {op!r}",
@@ -342,7 +344,8 @@ def _check_send(before, c, changes, ctx, op):
         _refuse("size-limit", c, "the message is empty", "write some text")
     if len(text.encode()) > s["max_message"]:
         _refuse("size-limit", c, f"the message is {len(text.encode())} bytes; the room "
-                f"allows {s['max_message']}", "shorten it or share it as context/contract")
+                f"allows {s['max_message']}", "split it into shorter messages, or put the long "
+                "text in a task's body (gitdrop task create TITLE --body-file FILE)")
     to, cc = recipients(c)
     if not to:
         _refuse("unknown-recipient", c, "the message has no recipient",
@@ -399,7 +402,7 @@ def _check_unread_and_loop(before, c, ctx):
     if unread:
         _refuse("unread-before-send", c, f"{c.author} has {unread} unread message(s) "
                 f"(from {', '.join(model.short(x) for x in senders[:5])})",
-                "call check_inbox (gitdrop inbox) first, then send again")
+                "read them first (gitdrop inbox), then send again")
     if cap and sent >= cap:
         wait = max(1, oldest_sent + window - at)
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at + wait))
@@ -626,7 +629,10 @@ def _move_start(before, c, old, new, tid):
             pending = [a for a in hs[0]["targets"] if a not in hs[0]["acks"]] if hs else []
             _refuse("handshake-go", c, f"task {tid} is bound to handshake {hid}, which is not "
                     f"at GO (waiting for {', '.join(pending) or 'nothing'})",
-                    f"wait until every target has acked handshake {hid}")
+                    (f"ack it yourself first (gitdrop handshake ack {hid}), then start again"
+                     if c.author in pending else
+                     f"each target still to ack runs gitdrop handshake ack {hid}; start "
+                     "again at GO (gitdrop handshake status " + str(hid) + ")"))
     need = signers_needed(before, old)
     missing = [x for x in need if x not in old["signoffs"]]
     if missing:
