@@ -107,6 +107,37 @@ def room_show(s: Scope, name: RoomArg = None):
     s.emit({"room": st}, show)
 
 
+@command(room_app, "settings")
+def room_settings(s: Scope, pairs: Annotated[Optional[list[str]], typer.Argument(
+        metavar="[KEY VALUE]...",
+        help="Settings to change, as KEY VALUE pairs (or KEY=VALUE); none: show them.",
+        show_default=False)] = None):
+    """Show or change the room's settings (loop guard, limits, clock skew): leads only.
+
+    gitdrop room settings                  # every setting, with the room's overrides
+    gitdrop room settings loop_cap 5 loop_window 60
+    """
+    words = [w for p in (pairs or []) for w in (p.split("=", 1) if "=" in p else [p])]
+    if len(words) % 2:
+        raise UsageError(f"{words[-1]!r} has no value", "give KEY VALUE pairs, e.g. "
+                         "gitdrop room settings loop_cap 5")
+    changes = {}
+    for key, value in zip(words[::2], words[1::2]):
+        try:
+            changes[key] = int(value)
+        except ValueError:
+            raise UsageError(f"{key} = {value!r} is not a whole number",
+                             f"e.g. gitdrop room settings {key} 5") from None
+    r = s.hub.room_settings(s.room_name, s.agent_value, changes)
+
+    def show():
+        for k, v in r["settings"].items():
+            mark = "" if k not in r["overrides"] else paint("  (set here; default "
+                                                            f"{r['defaults'][k]})", "dim")
+            print(f"{k:<12} {v}{mark}")
+    s.emit(r, show)
+
+
 def _team_of(s: Scope, team: str) -> str:
     if team:
         return team

@@ -320,6 +320,24 @@ class Hub:
                       leads=lambda d: {k: v for k, v in d["leads"].items() if k != team})
         return {"room": room, "team": team, "left": True}
 
+    def room_settings(self, room: str, by: str = "", changes: dict | None = None) -> dict:
+        """A room's settings (defaults with its overrides); with `changes`, set them
+        first (a lead of the room, or the operator: the rules decide)."""
+        r = self.room(room)
+        if changes:
+            bad = [f"{k}={v!r}" for k, v in changes.items() if k not in model.DEFAULT_SETTINGS
+                   or not isinstance(v, int) or isinstance(v, bool) or v < 0]
+            if bad:
+                raise UsageError(f"setting {', '.join(bad)} is unknown or not a whole number "
+                                 ">= 0", "settings: " + ", ".join(model.DEFAULT_SETTINGS))
+            by = self._actor(r.view(), by) if by else "hub/admin"
+            r.update_room(by, "room-settings", f"room {room} settings: " + ", ".join(
+                f"{k}={v}" for k, v in changes.items()),
+                settings=lambda d: dict(d["settings"], **changes))
+        view = r.view()
+        return {"room": room, "settings": view.settings,
+                "overrides": dict(view.room["settings"]), "defaults": dict(model.DEFAULT_SETTINGS)}
+
     def pin_room(self, room: str, by: str, pinned: bool = True) -> dict:
         """Pin: never archived for idleness, never expired. A lead of the room."""
         ref, tip, view = self._locate(room)

@@ -194,7 +194,25 @@ def _as_str_or_int(v):
     raise BadArgument("a string or an integer")
 
 
-_COERCE = {str: _as_str, int: _as_int, bool: _as_bool, str | int: _as_str_or_int}
+def _as_int_map(v):
+    """An object of whole numbers ({"loop_cap": 5}), or "loop_cap=5,loop_window=60"."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        pairs = [p.partition("=") for p in v.split(",") if p.strip()]
+        if any(not sep for _k, sep, _v in pairs):
+            raise BadArgument('an object of whole numbers, or "key=value,..."')
+        v = {k.strip(): x.strip() for k, _sep, x in pairs}
+    if not isinstance(v, dict):
+        raise BadArgument("an object of whole numbers")
+    try:
+        return {str(k): _as_int(x) for k, x in v.items()}
+    except BadArgument:
+        raise BadArgument("an object of whole numbers") from None
+
+
+_COERCE = {str: _as_str, int: _as_int, bool: _as_bool, str | int: _as_str_or_int,
+           dict[str, int] | None: _as_int_map}
 
 
 class Params:

@@ -41,7 +41,8 @@ NEXT = {
     "registered-author": "call register first",
     "room-membership": "ask a lead of the room to call join_room for your team",
     "lead-only": "ask a lead (who shows them) to do it",
-    "handshake-go": "call handshake_status to see who has not acked yet",
+    "handshake-go": "if you are a target that has not acked, call ack_handshake first; "
+                    "else handshake_status shows who has not acked yet",
     "handshake-ack-once": "call handshake_status",
     "contract-owner": "ask the owner (list_contracts) or a lead to change it",
     "token": "call register without a token to get one (new agents), then send it on every "
@@ -49,6 +50,14 @@ NEXT = {
     "identity": "omit agent_name/from_agent (the session says who you are), or connect as "
                 "that agent",
 }
+
+
+# Commands the core's fixes name, in the tools' words (for rules without a NEXT).
+CLI_TOOLS = [("gitdrop room settings loop_cap N", 'room_settings with settings={"loop_cap": N}'),
+             ("gitdrop handshake ack", "ack_handshake"), ("gitdrop handshake status",
+                                                          "handshake_status"),
+             ("gitdrop inbox", "check_inbox"), ("gitdrop who", "who"),
+             ("gitdrop task list", "list_tasks")]
 
 
 def render_error(e: GitdropError) -> str:
@@ -59,6 +68,9 @@ def render_error(e: GitdropError) -> str:
     nxt = e.fix
     if e.rule in NEXT and e.rule not in ("token", "identity") and (not nxt or "gitdrop " in nxt):
         nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
+    elif nxt and "gitdrop " in nxt:
+        for cli, tool in CLI_TOOLS:
+            nxt = nxt.replace(cli, tool)
     if nxt:
         text += f"\nNext: {nxt}"
     return text
@@ -212,6 +224,12 @@ class RoomChange(TypedDict):
     room: str
     done: bool
     waiting_for: NotRequired[list[str]]  # destroy: leads whose consent is still missing
+
+
+class RoomSettings(TypedDict):
+    room: str
+    settings: dict[str, int]
+    overrides: dict[str, int]   # what the room sets; the rest are defaults
 
 
 class RoomStatus(TypedDict):
@@ -618,6 +636,14 @@ class ToolBox:
                               pinned=pinned)
         return {"room": r["room"], "done": r["pinned"] == pinned}
 
+    def room_settings(self, settings: dict[str, int] | None = None,
+                      room_name: str = "") -> RoomSettings:
+        """A room's settings (loop_cap, loop_window, max_message, max_file, max_title,
+        max_tags, max_retries, clock_skew); settings: the ones to change (leads)."""
+        by = self.me("", registered=False) if settings else ""
+        r = self.hub.room_settings(room_name or self.room_name, by, settings or {})
+        return {"room": r["room"], "settings": r["settings"], "overrides": r["overrides"]}
+
     # --- resources (JSON text) ----------------------------------------------------------
     def inbox_resource(self, team: str, name: str) -> str:
         agent = f"{team}/{name}"
@@ -663,6 +689,7 @@ TOOLS = {
     "register_team": "lead", "list_teams": "lead", "create_room": "lead",
     "list_rooms": "lead", "join_room": "lead", "leave_room": "lead", "room_status": "lead",
     "get_my_rooms": "lead", "pin_room": "lead", "archive_room": "lead",
+    "room_settings": "lead",
     "destroy_room": "all",
 }
 READ_ONLY = {"who", "get_history", "list_tasks", "handshake_status", "list_contracts",

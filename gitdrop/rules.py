@@ -408,7 +408,7 @@ def _check_unread_and_loop(before, c, ctx):
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at + wait))
         _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
                 f"(room cap {cap})", f"wait {wait}s (until {until}) before sending again, or "
-                "ask a lead to raise loop_cap in room.toml")
+                "ask a lead to raise it (gitdrop room settings loop_cap N)")
 
 
 def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:

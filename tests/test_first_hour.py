@@ -73,3 +73,17 @@ def test_the_pusher_is_told_how_to_recommit(hub, team, clone):
                        env=dict(os.environ, GITDROP_PUSHER="core/juno"),
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_room_settings_from_the_command_line(gd, team):
+    doc = gd.js("room", "settings")
+    assert doc["settings"]["loop_cap"] == 60 and doc["overrides"] == {}
+    doc = gd.js("room", "settings", "loop_cap", "5", "loop_window=30")
+    assert doc["overrides"] == {"loop_cap": 5, "loop_window": 30}
+    assert team.view().settings["loop_cap"] == 5
+    assert "(set here; default 60)" in gd.ok("room", "settings").out
+    gd.refused(3, "lead-only", "--as", "spartan", "room", "settings", "loop_cap", "0")
+    for bad in (["loop_cap"], ["loop_cap", "x"], ["bogus", "1"], ["loop_cap", "-1"]):
+        r = gd("room", "settings", *bad, "--json")
+        assert r.rc == 2 and r.json["fix"], (bad, r)
+    assert team.view().settings["loop_cap"] == 5

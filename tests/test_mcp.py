@@ -155,6 +155,10 @@ async def scenario(juno, spartan, kilo, transport):
     assert [(r["room"], r["pinned"]) for r in
             (await juno.ok("get_my_rooms", team_name="core"))["rooms"]] == [("lobby", False),
                                                                             ("war", True)]
+    got = await juno.ok("room_settings", settings={"loop_cap": 50}, room_name="war")
+    assert got["settings"]["loop_cap"] == 50 and got["overrides"] == {"loop_cap": 50}
+    assert (await kilo.ok("room_settings"))["settings"]["loop_window"] == 60
+    await kilo.refused("room_settings", "lead-only", settings={"loop_cap": 0})
     await kilo.refused("archive_room", "lead-only", room_name="war")
     await juno.ok("archive_room", room_name="war")
     archived = await juno.ok("list_rooms", status="archived")

@@ -79,10 +79,11 @@ def test_tools_list_fits_the_budget(hub, profile):
         assert not list(schema_titles(t)), t["name"]  # pydantic's titles cost context
 
 
-def test_all_36_tools_with_the_compat_parameters(hub):
+def test_all_37_tools_with_the_compat_parameters(hub):
     tools, _ = tools_list_json(hub.path, "all")
     params = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
-    assert len(params) == 36
+    assert len(params) == 37
+    assert {"settings", "room_name"} <= params["room_settings"]
     # the names agents' prompts already use (shared/COMPAT.md)
     assert {"agent_name", "role", "description", "team", "token"} <= params["register"]
     assert {"from_agent", "to_agent", "message", "cc", "task_id", "reply_to"} <= params["send"]
@@ -103,6 +104,12 @@ def test_refusals_name_the_rule_and_the_next_call():
     text = mcp_tools.render_error(e)
     assert text.startswith("REFUSED by rule unread-before-send: core/juno has 2 unread")
     assert "Next: call check_inbox, then send again" in text and "gitdrop inbox" not in text
+    e = Refusal("loop-guard", "core/juno sent 5 messages in the last 60s (room cap 5)",
+                "wait 12s (until 2026-01-01 00:00:12 UTC) before sending again, or ask a lead "
+                "to raise it (gitdrop room settings loop_cap N)")
+    text = mcp_tools.render_error(e)
+    assert "wait 12s" in text and 'room_settings with settings={"loop_cap": N}' in text
+    assert "gitdrop " not in text
     e = Refusal("task-state-machine", "task 3 is pending; start needs assigned",
                 "from pending the legal moves are: assign (→ assigned), claim (→ assigned)")
     assert "Next: from pending the legal moves are" in mcp_tools.render_error(e)
