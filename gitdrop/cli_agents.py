@@ -47,6 +47,8 @@ def register(s: Scope,
     else:
         from .model import DEFAULT_TEAM
         agent = f"{team or DEFAULT_TEAM}/{name}"
+        if not team:   # say so: a name without a team is easy to miss
+            s.note(f"no team given: registering as {agent} (give team/name or --team)")
     roles = split_list(role)
     # The lead role is the team registry's to give: that needs the hub, not the
     # lean store of a short command.

@@ -87,3 +87,9 @@ def test_room_settings_from_the_command_line(gd, team):
         r = gd("room", "settings", *bad, "--json")
         assert r.rc == 2 and r.json["fix"], (bad, r)
     assert team.view().settings["loop_cap"] == 5
+
+
+def test_a_name_without_a_team_says_where_it_went(gd, hub):
+    r = gd.ok("register", "bob")
+    assert "default/bob" in r.err and "--team" in r.err
+    assert hub.room("lobby").view().agent("default/bob")
