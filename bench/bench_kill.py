@@ -59,7 +59,8 @@ GITDROP = [BIN] if os.path.exists(BIN) else [sys.executable, "-m", "gitdrop"]
 ZYGOTE = """
 import os, random, signal, sys, time
 sys.path.insert(0, {root!r})
-from gitdrop import hub, mcp_tools   # imported once: each writer is forked from here
+from gitdrop import hub
+from gitdrop.mcp import tools as mcp_tools   # imported once: each writer is forked from here
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped as they die
 for line in sys.stdin:
     n, acks = line.split(" ", 1)

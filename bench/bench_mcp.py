@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import common  # noqa: E402
-from gitdrop import hub as hubmod, mcp_tools, tokens  # noqa: E402
+from gitdrop import hub as hubmod, tokens  # noqa: E402
+from gitdrop.mcp import tools as mcp_tools  # noqa: E402
 from mcp_helpers import http_agent, http_server, stdio_agent, together  # noqa: E402
 
 COMMAND = "python " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -140,7 +141,7 @@ class RawStdio:
     """A minimal JSON-RPC client (2025-11-25) over one server process's pipes."""
 
     def __init__(self, path: str, agent: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "gitdrop.mcp_server", path, "lobby",
+        self.p = subprocess.Popen([sys.executable, "-m", "gitdrop.mcp.server", path, "lobby",
                                    "--as", agent], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, cwd=os.path.dirname(HERE))
         self.n = 0
@@ -234,7 +235,7 @@ def raw_stdio(path: str, rounds: int, server=RawStdio) -> dict:
 
 
 def tools_list_sizes() -> None:
-    from gitdrop.mcp_server import build
+    from gitdrop.mcp.server import build
     path = make_hub(False)
 
     async def sizes():

@@ -6,7 +6,7 @@ one run, so that a change is judged by a ratio measured under the same noise.
 
 REV (default HEAD) is checked out with `git worktree` into a temporary directory.
 Each side gets its own hub (one side's notifier must not wake on the other's commits)
-and its own two server processes (`python -m gitdrop.mcp_server`, run from that
+and its own two server processes (`python -m gitdrop.mcp.server`, run from that
 side's tree), driven by bench_mcp's minimal JSON-RPC client in ping-pong. Printed:
 medians per side, their ratio, and the servers' CPU per call (push included).
 """
@@ -31,7 +31,7 @@ class Server(bench_mcp.RawStdio):
     """bench_mcp's minimal client, against a server run from `tree`."""
 
     def __init__(self, path: str, agent: str, tree: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "gitdrop.mcp_server", path, "lobby",
+        self.p = subprocess.Popen([sys.executable, "-m", "gitdrop.mcp.server", path, "lobby",
                                    "--as", agent], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, cwd=tree)
         self.n = 0

@@ -5,7 +5,7 @@ remote hub client over each transport, beside the same calls on the hub itself.
     python bench/bench_transports.py --ops 50 --no-ssh
 
 Servers are the ones the tests start on 127.0.0.1 (tests/test_transports.py):
-git daemon, python -m gitdrop.httpd, and sshd with gitdrop-shell keys (one
+git daemon, python -m gitdrop.transports.httpd, and sshd with gitdrop-shell keys (one
 multiplexed connection per agent). Each remote op is timed as a command runs
 it: one `git fetch` into the mirror, then the verb; a send adds the local rules,
 a CAS on the mirror and one `git push` that runs the hub's hook.
@@ -22,7 +22,7 @@ import common  # noqa: E402
 from common import Timer, ms, ratio  # noqa: E402
 
 import test_transports as served  # noqa: E402  (the servers the tests use)
-from gitdrop.remote import RemoteHub  # noqa: E402
+from gitdrop.transports.remote import RemoteHub  # noqa: E402
 
 SENDER, READER = "core/juno", "core/spartan"
 

@@ -1,5 +1,5 @@
 """`python -m gitdrop` is the gitdrop command."""
 
-from .cli import main
+from .cli.main import main
 
 main()

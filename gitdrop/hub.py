@@ -621,28 +621,6 @@ class _TextReader:
         return self.texts.get(key) if key else None
 
 
-BUILTIN_HUB = "~/.gitdrop/hub.git"
-
-
-def open_hub(path: str = "", create: bool = True) -> Hub:
-    """The hub at a path, or behind a git URL (a RemoteHub: same interface). Only
-    the built-in default (~/.gitdrop/hub.git) is created on first use; any other
-    path must be a hub already (gitdrop init PATH makes one), so that a typo or a
-    wrong folder is an error, and nothing is written there."""
-    path = path or default_hub()
-    from .leanstore import is_hub
-    from .remote import RemoteHub, is_url
-    if is_url(path):
-        return RemoteHub(path)
-    path = os.path.abspath(os.path.expanduser(path))
-    if is_hub(path):
-        return Hub(path)
-    if create and path == os.path.abspath(os.path.expanduser(BUILTIN_HUB)) and not (
-            os.path.exists(path) and os.listdir(path)):
-        return init(path)
-    raise no_hub(path)
-
-
 def no_hub(path: str) -> NotFound:
     what = "is not a gitdrop hub" if os.path.exists(path) else "does not exist"
     return NotFound(f"no such hub: {path} {what}",

@@ -8,7 +8,7 @@ A local hub is watched with watchdog (inotify). Git stores a ref as a loose file
 from the commits between the tip each subscriber last saw and the new one
 (first-parent walk), never from the file event itself. A remote hub (a git URL)
 has no files to watch: it is followed with `git ls-remote` on a backing-off
-interval and fetched into the same local mirror a RemoteHub uses (gitdrop.remote),
+interval and fetched into the same local mirror a RemoteHub uses (gitdrop.transports.remote),
 where the same computation runs on the tips the hub itself advertised.
 """
 
@@ -36,7 +36,7 @@ WALK_CAP = 1000         # commits walked for a subscriber whose base is not foun
 
 def is_remote(hub: str) -> bool:
     """A git URL (scheme:// or scp-like host:path) rather than an existing local path."""
-    from .remote import is_url
+    from .transports.remote import is_url
     return is_url(hub) and not os.path.exists(os.path.expanduser(hub))
 
 
@@ -206,7 +206,7 @@ class Notifier:
         self.remote = is_remote(self.hub)
         self.poll = poll
         if self.remote:  # the mirror RemoteHub keeps; fetched under its lock
-            from .remote import RemoteStore, mirror_path, public_url
+            from .transports.remote import RemoteStore, mirror_path, public_url
             self.store = RemoteStore(self.hub, mirror_path(self.hub))
             self.shown = public_url(self.hub)
         else:
@@ -419,7 +419,7 @@ class Notifier:
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:
-        from .remote import Unreachable
+        from .transports.remote import Unreachable
         refs = [self.store.room_ref(r) for r in rooms]
         p = _git("ls-remote", self.hub, *refs)
         if p.returncode != 0:
@@ -462,7 +462,7 @@ class Notifier:
 
 # --- faces: `gitdrop watch` and `gitdrop wait` ------------------------------------
 def _open(hub: str, room: str, agent: str):
-    from .hub import open_hub
+    from .opener import open_hub
     n = Notifier(hub or default_hub())
     n.sync([room])
     r = open_hub(n.hub, create=False).room(room)  # NotFound with a hint

@@ -12,7 +12,7 @@ import time
 
 from . import fmt, machine, model
 from .errors import Refusal
-from .view import RoomView, first_parent_walk, parse_file
+from .view import Change, RoomView, first_parent_walk, parse_file  # noqa: F401 (Change: re-export)
 
 
 class Ctx:
@@ -35,15 +35,6 @@ class Ctx:
         if self._registry is False:
             self._registry = self._teams() if self._teams and self.now is not None else None
         return self._registry
-
-
-class Change:
-    __slots__ = ("path", "old", "new", "kind", "key", "mode")
-
-    def __init__(self, path, old, new, mode=0o100644):
-        self.path, self.old, self.new = path, old, new
-        self.mode = mode   # of the new file (a push may bring a link or an executable)
-        self.kind, self.key = model.kind_of(path)
 
 
 def _refuse(rule, c, reason, fix=""):

@@ -188,9 +188,18 @@ def render_file(kind: str, header: dict, body: str = "") -> str:
     return fmt.dumps_doc(header, body)
 
 
+class Change:
+    """One changed file of a commit, as the rules take it."""
+    __slots__ = ("path", "old", "new", "kind", "key", "mode")
+
+    def __init__(self, path, old, new, mode=0o100644):
+        self.path, self.old, self.new = path, old, new
+        self.mode = mode   # of the new file (a push may bring a link or an executable)
+        self.kind, self.key = model.kind_of(path)
+
+
 def changes_between(reader, old_tree, new_tree) -> list:
     """The changed files between two trees, as the rules take them."""
-    from .rules import Change
     return [Change(p, reader.blob_text(a), reader.blob_text(b))
             for p, a, b in reader.diff(old_tree, new_tree)]
 

@@ -16,13 +16,13 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import TypeAdapter
 
-from gitdrop.mcp_tools import ToolBox
+from gitdrop.mcp.tools import ToolBox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def server_args(hub_path, *extra):
-    return ["-m", "gitdrop.mcp_server", hub_path, "lobby", *extra]
+    return ["-m", "gitdrop.mcp.server", hub_path, "lobby", *extra]
 
 
 def free_port() -> int:
@@ -33,7 +33,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def http_server(hub_path, tools="all"):
-    """`python -m gitdrop.mcp_server HUB lobby --transport http` on a free port."""
+    """`python -m gitdrop.mcp.server HUB lobby --transport http` on a free port."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, *server_args(hub_path, "--transport", "http",
                                                          "--port", str(port), "--tools", tools)],

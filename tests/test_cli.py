@@ -9,7 +9,7 @@ import pytest
 
 from cli_helpers import Gitdrop
 from conftest import git
-from gitdrop.cli import COMMANDS
+from gitdrop.cli.main import COMMANDS
 
 TASK_MOVES = ("create", "list", "show", "assign", "claim", "start", "submit", "approve",
               "reject", "fail", "retry", "block", "unblock", "ask", "answer", "cancel", "sign")

@@ -9,7 +9,8 @@ import json
 import pytest
 from mcp_helpers import http_agent, http_server, stdio_agent, together
 
-from gitdrop import mcp_tools, tokens
+from gitdrop import tokens
+from gitdrop.mcp import tools as mcp_tools
 
 pytestmark = pytest.mark.anyio
 

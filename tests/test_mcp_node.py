@@ -11,7 +11,7 @@ import sys
 import pytest
 from mcp_helpers import ROOT, http_server
 
-from gitdrop import mcp_tools
+from gitdrop.mcp import tools as mcp_tools
 
 NODE_DIR = os.path.join(ROOT, "tests", "node")
 pytestmark = pytest.mark.skipif(

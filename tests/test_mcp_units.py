@@ -9,9 +9,10 @@ import subprocess
 import anyio
 import pytest
 
-from gitdrop import mcp_tools, tokens
+from gitdrop import tokens
+from gitdrop.mcp import tools as mcp_tools
 from gitdrop.errors import Refusal
-from gitdrop.mcp_server import build
+from gitdrop.mcp.server import build
 
 LIMITS = {"agent": 8000, "all": 16000}
 
@@ -143,7 +144,7 @@ def call_tool(hub_path, agent, name, arguments):
 
 
 def test_arguments_are_checked_as_the_input_schema_says(hub):
-    from gitdrop.mcp_server import BadArgument, Params
+    from gitdrop.mcp.server import BadArgument, Params
     send = Params(mcp_tools.ToolBox.send)
     kw = send.check({"to_agent": "kilo", "message": "hi", "task_id": 3, "bogus": 1})
     assert kw == {"to_agent": "kilo", "message": "hi", "from_agent": "", "cc": "",
@@ -211,7 +212,7 @@ def test_a_plain_tools_call_is_answered_as_the_sdk_would(hub, version):
     leaves the dict as it is, and a 2026 result carries resultType and serverInfo."""
     from mcp_types import SERVER_INFO_META_KEY
     from mcp_types.methods import serialize_server_result
-    from gitdrop.mcp_server import answer
+    from gitdrop.mcp.server import answer
     lobby = hub.room("lobby")
     lobby.register("core/juno", ["lead"])
     lobby.register("core/kilo", [])
@@ -239,7 +240,7 @@ def test_a_session_past_its_handshake_gets_the_direct_answer(hub, monkeypatch):
     (it falls back to the SDK's pipeline silently, so this is the check that it
     does not: the gate it reads is the SDK's own)."""
     from mcp import Client
-    from gitdrop import mcp_server
+    from gitdrop.mcp import server as mcp_server
     lobby = hub.room("lobby")
     lobby.register("core/juno", ["lead"])
     answered, answer = [], mcp_server.answer
@@ -266,23 +267,22 @@ ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
-def test_stdio_calls_after_the_first_are_answered_where_their_line_is_read(hub, version):
+def test_stdio_calls_through_the_sdks_serving_loop(hub, version):
     """Over stdio (here the real server and the SDK's serving loop on two OS pipes,
-    driven line by line), the SDK passes the session's first plain tools/call; the
-    next ones with the same envelope are answered by LineCalls with what the SDK
-    would have sent; any other request still goes through the SDK."""
-    from gitdrop import mcp_server
+    driven line by line), every request goes through the SDK: plain calls,
+    refusals, bad arguments, a progress token, tools/list."""
+    from gitdrop.mcp import server as mcp_server
     lobby = hub.room("lobby")
     lobby.register("core/juno", ["lead"])
     lobby.register("core/kilo", [])
     server, _box, _push = build(hub.path, "lobby", "core/juno", "stdio", "all")
-    low, lines = server._lowlevel_server, server.lines
+    low = server._lowlevel_server
     modern = version == "2026-07-28"
     to_server, from_server = os.pipe(), os.pipe()
     ids = iter(range(1, 100))
 
     async def session():
-        read, write = await mcp_server.wire(to_server[0], from_server[1], lines)
+        read, write = await mcp_server.wire(to_server[0], from_server[1])
         out, inp = os.fdopen(to_server[1], "wb", buffering=0), os.fdopen(from_server[0], "rb")
 
         async def rpc(method, params, notify=False):
@@ -309,9 +309,7 @@ def test_stdio_calls_after_the_first_are_answered_where_their_line_is_read(hub, 
                 assert init["result"]["protocolVersion"] == version
                 await rpc("notifications/initialized", {}, notify=True)
             first = await call("list_tasks", {})
-            assert lines.answered == 0            # the SDK's
             second = await call("list_tasks", {})
-            assert lines.answered == 1            # the line's
             assert second == dict(first, id=second["id"])
             sent = await call("send", {"to_agent": "kilo", "message": "hi"})
             assert sent["result"]["structuredContent"]["to"] == ["core/kilo"]
@@ -319,41 +317,13 @@ def test_stdio_calls_after_the_first_are_answered_where_their_line_is_read(hub, 
             assert refused["result"]["isError"]
             assert "rule unknown-recipient:" in refused["result"]["content"][0]["text"]
             bad = await call("check_inbox", {"limit": "lots"})
-            assert bad["result"]["isError"] and lines.answered == 4
-            # not plain, or not this session's envelope: the SDK answers, as before
+            assert bad["result"]["isError"]
             token = {"progressToken": 7}
             with_token = await call("list_tasks", {}, dict(ENVELOPE, **token) if modern else token)
             assert with_token["result"]["structuredContent"] == \
-                first["result"]["structuredContent"] and lines.answered == 4
+                first["result"]["structuredContent"]
             listed = await rpc("tools/list", {"_meta": ENVELOPE} if modern else {})
             assert len(listed["result"]["tools"]) == len(mcp_tools.tools_for("all"))
-            assert lines.answered == 4
             out.close()   # end of input: the server's loop ends
     anyio.run(session)
     assert [m["text"] for m in lobby.history(1)] == ["hi"]
-
-
-def test_line_calls_leave_to_the_sdk_what_they_do_not_answer(hub):
-    lobby = hub.room("lobby")
-    lobby.register("core/juno", ["lead"])
-    server, box, _push = build(hub.path, "lobby", "core/juno", "stdio", "all")
-    lines = server.lines
-    plain = b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"who","arguments":{}}}'
-    assert lines(plain) is None                  # the SDK has not passed a call yet
-    lines.accept("core/juno", "2025-11-25", {"name": "who", "arguments": {}})
-    reply = json.loads(lines(plain))
-    assert reply["id"] == 3 and reply["result"]["structuredContent"]["agents"]
-    for line in (b"not json", b"[1]",
-                 b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"who"}}',
-                 b'{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"who"}}',
-                 b'{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{}}',
-                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
-                 b'"arguments":[]}}',
-                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
-                 b'"task":{"ttl":5}}}',
-                 b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"who",'
-                 b'"_meta":{"progressToken":1}}}'):
-        assert lines(line) is None, line
-    box.bound = "core/kilo"       # a register rebound the session: the SDK first
-    assert lines(plain) is None
-    assert lines.answered == 1

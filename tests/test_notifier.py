@@ -375,7 +375,7 @@ def daemon_url(hub):
 
 def test_remote_wait_over_git_daemon_wakes_on_a_write_from_another_machine(
         hub, team, procs, daemon_url, tmp_path):
-    from gitdrop.remote import RemoteHub
+    from gitdrop.transports.remote import RemoteHub
     p = procs("wait", "--hub", daemon_url, "--room", "lobby", "--as", "spartan", "--timeout",
               "30", env={"GITDROP_CACHE": str(tmp_path / "waiter")}, cli=True)
     assert f"polling {daemon_url} (remote" in p.ready("waiting for core/spartan")
@@ -405,7 +405,7 @@ def test_unreachable_remote_is_a_clear_error(procs, tmp_path):
     p = procs("wait", "--hub", "file://" + str(tmp_path / "nope.git"), "--as", "x/y",
               "--timeout", "1", env={"GITDROP_CACHE": str(tmp_path / "cache")})
     rc, out = p.finish()
-    assert rc == 7 and out == []  # the `unreachable` error of gitdrop.remote
+    assert rc == 7 and out == []  # the `unreachable` error of gitdrop.transports.remote
     assert any("cannot fetch from file://" in e for e in _drain(p.err))
 
 

@@ -9,9 +9,10 @@ import threading
 import pytest
 
 from gitdrop import hub as hubmod
-from gitdrop import remote
+from gitdrop.opener import open_hub
+from gitdrop.transports import remote
 from gitdrop.errors import NotFound, Refusal, UsageError
-from gitdrop.remote import RemoteHub, Unreachable, is_url, parse_refusal
+from gitdrop.transports.remote import RemoteHub, Unreachable, is_url, parse_refusal
 
 from conftest import git
 
@@ -45,11 +46,11 @@ def test_is_url(s, expected):
 
 def test_open_hub_takes_a_url(hub, url, tmp_path, monkeypatch):
     monkeypatch.setenv("GITDROP_CACHE", str(tmp_path / "cache"))
-    h = hubmod.open_hub(url)
+    h = open_hub(url)
     assert isinstance(h, RemoteHub)
     assert h.path.startswith(str(tmp_path / "cache"))
     assert [r["room"] for r in h.rooms()] == ["lobby"]
-    assert type(hubmod.open_hub(hub.path)) is hubmod.Hub
+    assert type(open_hub(hub.path)) is hubmod.Hub
 
 
 def test_writes_land_on_the_hub(hub, url, tmp_path):

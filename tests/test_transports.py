@@ -20,10 +20,11 @@ import time
 
 import pytest
 
-from gitdrop import fmt, httpd, shell, tokens
+from gitdrop import fmt, tokens
+from gitdrop.transports import httpd, shell
 from gitdrop import hub as hubmod
 from gitdrop.errors import Refusal
-from gitdrop.remote import RemoteHub
+from gitdrop.transports.remote import RemoteHub
 
 from conftest import Clone, git, refused_rule
 
@@ -110,13 +111,13 @@ class Http(Served):
     def start(self):
         self.users = os.path.join(self.base, "users")
         # juno logs in from the users file, spartan with a gitdrop token of the hub
-        out = subprocess.run([sys.executable, "-m", "gitdrop.httpd", self.hub.path, "--users",
+        out = subprocess.run([sys.executable, "-m", "gitdrop.transports.httpd", self.hub.path, "--users",
                               self.users, "--add-user", "core/juno"], capture_output=True,
                              text=True, check=True, cwd=ROOT)
         self.secrets = {"core/juno": out.stdout.strip(),
                         "core/spartan": tokens.mint(self.hub.path, "core/spartan")}
         self.port = free_port()
-        p = self.spawn([sys.executable, "-m", "gitdrop.httpd", self.hub.path, "--port",
+        p = self.spawn([sys.executable, "-m", "gitdrop.transports.httpd", self.hub.path, "--port",
                         str(self.port), "--users", self.users, "--quiet"], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert p.stdout.readline().startswith("serving ")
@@ -145,7 +146,7 @@ def _gitdrop_shell_dir(base: str) -> str:
     d = os.path.join(base, "bin")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "gitdrop-shell"), "w") as f:
-        f.write(f"#!/bin/sh\nexec {sys.executable} -m gitdrop.shell \"$@\"\n")
+        f.write(f"#!/bin/sh\nexec {sys.executable} -m gitdrop.transports.shell \"$@\"\n")
     os.chmod(os.path.join(d, "gitdrop-shell"), 0o755)
     return d
 
@@ -499,10 +500,10 @@ def test_shell_runs_git_as_the_agent(tmp_path):
     h.room("lobby").register("core/juno", ["lead"])
     env = dict(os.environ, SSH_ORIGINAL_COMMAND=f"git-upload-pack '{h.path}'",
                GITDROP_HUB=h.path, GITDROP_PUSHER="core/someone-else", REMOTE_USER="x")
-    p = subprocess.run([sys.executable, "-m", "gitdrop.shell", "core/juno"], env=env,
+    p = subprocess.run([sys.executable, "-m", "gitdrop.transports.shell", "core/juno"], env=env,
                        input=b"0000", capture_output=True, timeout=30)
     assert p.returncode == 0 and b"refs/heads/rooms/lobby" in p.stdout
     env["SSH_ORIGINAL_COMMAND"] = "env"
-    p = subprocess.run([sys.executable, "-m", "gitdrop.shell", "core/juno"], env=env,
+    p = subprocess.run([sys.executable, "-m", "gitdrop.transports.shell", "core/juno"], env=env,
                        capture_output=True, timeout=30)
     assert p.returncode == 1 and b"GITDROP" not in p.stdout

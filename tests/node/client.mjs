@@ -1,6 +1,6 @@
 // gitdrop's MCP server seen by the official TypeScript SDK: list the tools, then
 // register, send and check_inbox, over stdio or streamable HTTP.
-//   node client.mjs stdio PYTHON HUB     (spawns python -m gitdrop.mcp_server HUB lobby --as ...)
+//   node client.mjs stdio PYTHON HUB     (spawns python -m gitdrop.mcp.server HUB lobby --as ...)
 //   node client.mjs http URL
 //   node client.mjs pingpong PYTHON HUB ROUNDS   (bench/bench_mcp.py: two registered
 //     agents core/ada and core/bob take turns; prints each call's milliseconds)
@@ -26,7 +26,7 @@ async function call(client, name, args) {
 function stdio(agent) {
   return new StdioClientTransport({
     command: target,
-    args: ["-m", "gitdrop.mcp_server", hub, "lobby", "--as", agent],
+    args: ["-m", "gitdrop.mcp.server", hub, "lobby", "--as", agent],
     stderr: "inherit",
   });
 }

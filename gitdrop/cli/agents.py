@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import Scope, ago, command, paint, short_id, split_list, table
-from .errors import UsageError
+from .base import Scope, ago, command, paint, short_id, split_list, table
+from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
 
@@ -18,8 +18,8 @@ def init(s: Scope, path: Annotated[Optional[str], typer.Argument(
     """Create a hub (a bare git repository with gitdrop's hooks) with a first room, lobby.
 
     On an existing hub it reinstalls the hooks and settings; nothing is lost."""
-    from .hub import init as init_hub
-    from .remote import is_url
+    from ..hub import init as init_hub
+    from ..transports.remote import is_url
     where = path or s.hub_value
     if is_url(where):
         raise UsageError(f"{where} is a git URL; init makes a hub on this machine",
@@ -45,7 +45,7 @@ def register(s: Scope,
             raise UsageError(f"{name} is not in team {team}", "give team/name or --team, not both")
         agent = name
     else:
-        from .model import DEFAULT_TEAM
+        from ..model import DEFAULT_TEAM
         agent = f"{team or DEFAULT_TEAM}/{name}"
         if not team:   # say so: a name without a team is easy to miss
             s.note(f"no team given: registering as {agent} (give team/name or --team)")

@@ -38,9 +38,9 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY, \
     UnsubscribeRequestParams, jsonrpc_message_adapter
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from . import mcp_tools
-from .errors import GitdropError
-from .mcp_tools import CALLER, ToolBox, inbox_uri
+from . import tools as mcp_tools
+from ..errors import GitdropError
+from .tools import CALLER, ToolBox, inbox_uri
 
 logger = logging.getLogger("gitdrop.mcp")
 _LISTENER: contextvars.ContextVar[str] = contextvars.ContextVar("gitdrop_listener", default="")
@@ -332,7 +332,7 @@ class Push:
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         try:
-            from .notifier import Notifier
+            from ..notifier import Notifier
             self.notifier = Notifier(self.box.hub_spec).start(self.loop)
         except Exception as e:  # serve without push rather than not at all
             sys.stderr.write(f"gitdrop: push notifications off ({type(e).__name__}: {e})\n")
@@ -447,7 +447,7 @@ def answer(calls: ToolCalls, params: dict, version: str, stamp) -> dict:
     return result
 
 
-def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp, lines: "LineCalls"):
+def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
     """Middleware: who is calling (the bound agent, or the bearer token's), for the
     whole request; legacy sessions are remembered for push.
 
@@ -455,8 +455,7 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp, lines: "LineCal
     middleware return its own well-formed result, and its request and result
     validation (pydantic, both ways) cost more than some tool bodies. ToolCalls
     checks the arguments; the result is the same wire dict the SDK would make
-    (tests/test_mcp_units.py compares the two). Over stdio, such a call also lets
-    LineCalls answer the session's next ones as their lines are read."""
+    (tests/test_mcp_units.py compares the two)."""
     async def middleware(ctx, call_next):
         caller = box.identify(_headers(ctx))
         token = CALLER.set(caller)
@@ -473,8 +472,6 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp, lines: "LineCal
                                    "token (Authorization: Bearer <token>; register gives it)")
                 listener = _LISTENER.set(caller.agent)
             if _answerable(ctx):
-                if caller.agent and box.transport == "stdio":
-                    lines.accept(caller.agent, ctx.protocol_version, ctx.params)
                 return answer(calls, ctx.params, ctx.protocol_version, stamp)
             return await call_next(ctx)
         finally:
@@ -482,54 +479,6 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp, lines: "LineCal
                 _LISTENER.reset(listener)
             CALLER.reset(token)
     return middleware
-
-
-class LineCalls:
-    """stdio: a plain tools/call answered where its line is read, without the SDK's
-    dispatcher (a task, a context and a session object per request, the envelope
-    checked, pydantic both ways: about 0.8 ms of a woken process's CPU per call).
-
-    Only once the SDK itself has passed a plain call of this session through the
-    middleware (`accept`): the handshake is then the SDK's business and done, and
-    the call's `_meta` (the 2026-07-28 envelope: version, client info and
-    capabilities; absent on 2025-11-25) is remembered. A later line is answered here
-    only if it is a request of that same shape with that same `_meta`, for that same
-    agent; anything else (another method, a progress token, a changed envelope, a
-    line the SDK would refuse) goes to the SDK, as before. The answer is `answer()`'s,
-    the one the middleware gives, in the SDK's response envelope."""
-
-    def __init__(self, box: ToolBox, calls: ToolCalls, stamp):
-        self.box, self.calls, self.stamp = box, calls, stamp
-        self.agent, self.version, self.meta = "", "", None
-        self.answered = 0
-
-    def accept(self, agent: str, version: str, params: dict) -> None:
-        self.agent, self.version, self.meta = agent, version, params.get("_meta")
-
-    def __call__(self, line: bytes) -> bytes | None:
-        """The response line for `line`, or None: the SDK's to handle."""
-        if not self.agent:
-            return None
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return None
-        if not (type(msg) is dict and msg.keys() == {"jsonrpc", "id", "method", "params"}
-                and msg["jsonrpc"] == "2.0" and msg["method"] == "tools/call"
-                and type(msg["id"]) in (int, str) and _plain_call(msg["params"])
-                and msg["params"].get("_meta") == self.meta):
-            return None
-        caller = self.box.identify(None)
-        if caller.agent != self.agent:  # a register rebound the session: via the SDK
-            return None
-        token = CALLER.set(caller)
-        try:
-            result = answer(self.calls, msg["params"], self.version, self.stamp)
-        finally:
-            CALLER.reset(token)
-        self.answered += 1
-        return json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result},
-                          ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _instructions(box: ToolBox) -> str:
@@ -550,11 +499,10 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     names = mcp_tools.tools_for(tools)
     calls = ToolCalls(box, names)
     stamp = lambda: server._lowlevel_server.server_info_stamp  # noqa: E731
-    lines = LineCalls(box, calls, stamp)
     server = GitdropServer("gitdrop", instructions=_instructions(box),
                            version=_version(), subscriptions=bus, log_level="WARNING",
-                           middleware=[_identify(box, push, calls, stamp, lines)])
-    server.lines, server.push = lines, push
+                           middleware=[_identify(box, push, calls, stamp)])
+    server.push = push
     for name in names:
         fn = getattr(box, name)
         server.add_tool(_schema_only(fn), name=name, description=_describe(fn),
@@ -603,24 +551,15 @@ class _WireIn:
     stdin pipe: each line parsed as the SDK's stdio transport parses it, in the
     reader's own task. The SDK's transport hands every line through a reader task
     and a rendezvous stream: two task switches per message, which on a process
-    woken for each call cost more than the parsing. A line LineCalls answers is
-    answered right here, and never reaches the SDK."""
+    woken for each call cost more than the parsing."""
 
-    def __init__(self, reader: asyncio.StreamReader, lines: LineCalls | None = None,
-                 writer: asyncio.StreamWriter | None = None):
-        self.reader, self.lines, self.writer = reader, lines, writer
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
 
     async def receive(self):
-        while True:
-            line = await self.reader.readline()
-            if not line:
-                raise anyio.EndOfStream
-            reply = self.lines(line) if self.lines is not None else None
-            if reply is None:
-                break
-            self.writer.write(reply)
-            if self.writer.transport.get_write_buffer_size():
-                await self.writer.drain()
+        line = await self.reader.readline()
+        if not line:
+            raise anyio.EndOfStream
         try:
             return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
         except Exception as exc:  # handed on, as the SDK's transport does
@@ -676,7 +615,7 @@ class _WireOut:
         await self.aclose()
 
 
-async def wire(fd_in: int, fd_out: int, lines: LineCalls | None = None):
+async def wire(fd_in: int, fd_out: int):
     """The SDK's read and write streams over two pipe (or socket) fds, served by
     the event loop; the fds are theirs to close."""
     loop = asyncio.get_running_loop()
@@ -686,16 +625,16 @@ async def wire(fd_in: int, fd_out: int, lines: LineCalls | None = None):
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(fd_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return _WireIn(reader, lines, writer), _WireOut(writer)
+    return _WireIn(reader), _WireOut(writer)
 
 
-async def _pipes(lines: LineCalls):
+async def _pipes():
     """The wire on private copies of fds 0 and 1; fd 0 then reads /dev/null and
     fd 1 writes to stderr, so nothing stray reaches the wire. None where
     stdin/stdout are not pipes or sockets (a file, say)."""
     wire_in, wire_out = os.dup(0), os.dup(1)
     try:
-        streams = await wire(wire_in, wire_out, lines)
+        streams = await wire(wire_in, wire_out)
     except (OSError, ValueError):
         return None
     null = os.open(os.devnull, os.O_RDONLY)
@@ -707,7 +646,7 @@ async def _pipes(lines: LineCalls):
 
 async def _run_stdio(server: GitdropServer) -> None:
     low = server._lowlevel_server
-    streams = await _pipes(server.lines)
+    streams = await _pipes()
     if streams is not None:
         server.push.wire = streams[1].line
         await low.run(*streams, low.create_initialization_options())
@@ -718,7 +657,7 @@ async def _run_stdio(server: GitdropServer) -> None:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 
@@ -748,8 +687,8 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
 
 
 def main(argv=None) -> int:
-    """`python -m gitdrop.mcp_server HUB ROOM [--as NAME] [--transport stdio|http] ...`"""
-    p = argparse.ArgumentParser(prog="python -m gitdrop.mcp_server")
+    """`python -m gitdrop.mcp.server HUB ROOM [--as NAME] [--transport stdio|http] ...`"""
+    p = argparse.ArgumentParser(prog="python -m gitdrop.mcp.server")
     p.add_argument("hub", nargs="?", default=os.environ.get("GITDROP_HUB", ""))
     p.add_argument("room", nargs="?", default=os.environ.get("GITDROP_ROOM", "lobby"))
     p.add_argument("--as", dest="agent", default=os.environ.get("GITDROP_AGENT") or None)
@@ -758,7 +697,7 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, default=9400)
     p.add_argument("--tools", default="agent", choices=list(mcp_tools.PROFILES))
     a = p.parse_args(argv)
-    from .core import default_hub
+    from ..core import default_hub
     try:
         serve(a.hub or default_hub(), a.room, a.agent, a.transport, a.host, a.port, a.tools)
     except GitdropError as e:

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import Scope, command, paint, read_text, short_id, split_list, sub_app, table
+from .base import Scope, command, paint, read_text, short_id, split_list, sub_app, table
 
 task_app = sub_app("task", "Tasks: create, list, show, and move them through their states.")
 

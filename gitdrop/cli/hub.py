@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import Scope, ago, command, paint, short_id, split_list, sub_app, table
-from .errors import UsageError
+from .base import Scope, ago, command, paint, short_id, split_list, sub_app, table
+from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
 team_app = sub_app("team", "Teams: a lead and members, shared by every room of the hub.")
@@ -28,7 +28,7 @@ def team_create(s: Scope,
     """Register a team (or update it: its lead only)."""
     by = s.agent_value
     if by and "/" not in by:   # who that is, among the registry's leads and members
-        from .core import by_short_name
+        from ..core import by_short_name
         known = {m for t in s.hub.teams() for m in [t["lead"], *t["members"]]}
         found = by_short_name(by, known)
         if not found:

@@ -1,6 +1,6 @@
 """Long-running and helper commands: watch, wait, serve (MCP), token, demo.
 
-Their bodies live elsewhere (notifier, mcp_server, tokens, demo) and are imported
+Their bodies live elsewhere (notifier, mcp.server, tokens, demo) and are imported
 only when the command runs: `import mcp` alone costs most of a second.
 """
 
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import Scope, command
+from .base import Scope, command
 
 app = typer.Typer(add_completion=False)
 
@@ -28,7 +28,7 @@ class Tools(str, enum.Enum):
 @command(app, "watch")
 def watch(s: Scope):
     """Print what arrives for you, as it arrives (until Ctrl-C)."""
-    from .notifier import run_watch
+    from ..notifier import run_watch
     raise typer.Exit(run_watch(s.hub_value, s.room_name, s.agent, s.json))
 
 
@@ -37,7 +37,7 @@ def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
         "--timeout", help="Give up after this many seconds (exit 124). Default: no limit.",
         show_default=False)] = None):
     """Block until something waits for you (at once if it already does), print it, exit."""
-    from .notifier import run_wait
+    from ..notifier import run_wait
     raise typer.Exit(run_wait(s.hub_value, s.room_name, s.agent, timeout, s.json))
 
 
@@ -50,9 +50,9 @@ def serve(s: Scope,
           tools: Annotated[Tools, typer.Option(
               "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent):
     """Run the MCP server (stdio for one agent; http with per-agent bearer tokens)."""
-    from .mcp_server import serve as run
+    from ..mcp.server import serve as run
     # a git URL goes through as it is: the server writes through the remote hub
-    from .remote import is_url
+    from ..transports.remote import is_url
     hub = s.hub_value if is_url(s.hub_value) else s.hub.path
     run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value)
 
@@ -60,7 +60,7 @@ def serve(s: Scope,
 @command(app, "token")
 def token(s: Scope, agent: Annotated[str, typer.Argument(help="The agent (team/name).")]):
     """Mint a bearer token that binds an MCP HTTP client to one agent."""
-    from .tokens import mint
+    from ..tokens import mint
     tok = mint(s.hub.path, agent)
     s.emit({"agent": agent, "token": tok}, tok)
 

@@ -18,9 +18,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import durable, locks, model, wal
-from .cli_base import Scope, command
-from .errors import Damaged, NotFound, UsageError
+from .. import durable, locks, model, wal
+from .base import Scope, command
+from ..errors import Damaged, NotFound, UsageError
 
 app = typer.Typer(add_completion=False)
 
@@ -30,9 +30,9 @@ SCOPES = ("refs/heads/", "refs/archive/")   # where gitdrop keeps its refs
 # --- looking ----------------------------------------------------------------------
 
 def hub_path(s: Scope) -> str:
-    from .core import default_hub
-    from .leanstore import is_hub
-    from .remote import is_url
+    from ..core import default_hub
+    from ..leanstore import is_hub
+    from ..transports.remote import is_url
     value = s.hub_value or default_hub()
     if is_url(value):
         raise UsageError(f"{value} is a git URL; repair works on the hub's own machine",
@@ -126,7 +126,7 @@ def _unreachable_heads(path: str, reader) -> list:
 def _candidates(path: str, reader, ref: str, heads: list) -> list[str]:
     """Commits that were `ref`'s tip once, by what their tree says: a room's
     room.toml names it; the hub branch has hub.toml."""
-    from . import fmt
+    from .. import fmt
     room = _room_of(ref)
     out = []
     for _depth, _when, oid in heads:
@@ -148,7 +148,7 @@ def _candidates(path: str, reader, ref: str, heads: list) -> list[str]:
 def damaged_refs(path: str) -> list[dict]:
     """Refs that name no commit, each with the value to put back if one is known:
     [{ref, holds, why, offer, source, candidates}]."""
-    from .catfile import CatFile
+    from ..catfile import CatFile
     reader = CatFile(git_dir=path)
     out, heads = [], None
     try:
@@ -222,7 +222,7 @@ def put_back(path: str, ref: str, oid: str) -> None:
 
 
 def _commit_id(path: str, value: str) -> str:
-    from .catfile import CatFile
+    from ..catfile import CatFile
     reader = CatFile(git_dir=path)
     try:
         if durable.is_oid(value) and _commit_ok(reader, value):
@@ -250,7 +250,7 @@ def repair(s: Scope,
     report: dict = {"hub": path, "log": "none", "locks_cleared": [], "locks_in_use": [],
                     "damaged": [], "restored": []}
     # 1. the log (a damaged one is rebuilt as the hub is opened, and says so)
-    from .leanstore import read_config
+    from ..leanstore import read_config
     had = os.path.exists(wal.path_for(path))
     if had or durable.method_for(read_config(path), path) == "wal":
         log = wal.for_hub(path)

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .errors import GitdropError, Refusal, UsageError
+from ..errors import GitdropError, Refusal, UsageError
 
 PANEL = "Who, where and how"
 ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
@@ -113,7 +113,7 @@ class Scope:
     @property
     def hub(self):
         if self._hub is None:
-            from .hub import open_hub
+            from ..opener import open_hub
             self._hub = open_hub(self.hub_value)
         return self._hub
 
@@ -123,8 +123,8 @@ class Scope:
         (pygit2's import costs more than a short command); the hub's own operations
         and remote hubs go through `hub`."""
         if self._hub is None:
-            from .core import Room, default_hub
-            from .leanstore import LeanStore, is_hub
+            from ..core import Room, default_hub
+            from ..leanstore import LeanStore, is_hub
             path = os.path.abspath(os.path.expanduser(self.hub_value or default_hub()))
             if is_hub(path):
                 store = LeanStore(path)

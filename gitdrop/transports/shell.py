@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 
-from . import model, wal
+from .. import model, wal
 
 ALLOWED = {"git-upload-pack": "upload-pack", "git-receive-pack": "receive-pack",
            "git upload-pack": "upload-pack", "git receive-pack": "receive-pack"}

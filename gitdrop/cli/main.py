@@ -2,8 +2,8 @@
 
 Each command maps its arguments to one core call (gitdrop/core.py, gitdrop/hub.py)
 and its result back to a line, a table or one JSON document. Commands live in
-cli_*.py modules, loaded only when named, so `gitdrop inbox` does not pay for
-the rest (start-up is most of a short command's cost).
+the modules of this package, loaded only when named, so `gitdrop inbox` does not
+pay for the rest (start-up is most of a short command's cost).
 """
 
 import importlib
@@ -13,35 +13,35 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import AsOpt, HubOpt, JsonOpt, PlainGroup, RoomOpt, Scope, error_doc
-from .errors import UsageError
+from .base import AsOpt, HubOpt, JsonOpt, PlainGroup, RoomOpt, Scope, error_doc
+from ..errors import UsageError
 
 # command -> (module, group?, help panel); the order is the order of --help.
 COMMANDS = {
-    "init": ("cli_agents", False, "Start"),
-    "register": ("cli_agents", False, "Agents and messages"),
-    "deregister": ("cli_agents", False, "Agents and messages"),
-    "who": ("cli_agents", False, "Agents and messages"),
-    "status": ("cli_agents", False, "Agents and messages"),
-    "ping": ("cli_agents", False, "Agents and messages"),
-    "send": ("cli_agents", False, "Agents and messages"),
-    "inbox": ("cli_agents", False, "Agents and messages"),
-    "history": ("cli_agents", False, "Agents and messages"),
-    "log": ("cli_agents", False, "Agents and messages"),
-    "task": ("cli_task", True, "Work"),
-    "handshake": ("cli_plan", True, "Work"),
-    "contract": ("cli_plan", True, "Work"),
-    "context": ("cli_plan", True, "Work"),
-    "team": ("cli_hub", True, "Hub"),
-    "room": ("cli_hub", True, "Hub"),
-    "reap": ("cli_hub", False, "Hub"),
-    "verify": ("cli_hub", False, "Hub"),
-    "repair": ("cli_repair", False, "Hub"),
-    "watch": ("cli_tools", False, "Live"),
-    "wait": ("cli_tools", False, "Live"),
-    "serve": ("cli_tools", False, "Live"),
-    "token": ("cli_tools", False, "Live"),
-    "demo": ("cli_tools", False, "Start"),
+    "init": ("agents", False, "Start"),
+    "register": ("agents", False, "Agents and messages"),
+    "deregister": ("agents", False, "Agents and messages"),
+    "who": ("agents", False, "Agents and messages"),
+    "status": ("agents", False, "Agents and messages"),
+    "ping": ("agents", False, "Agents and messages"),
+    "send": ("agents", False, "Agents and messages"),
+    "inbox": ("agents", False, "Agents and messages"),
+    "history": ("agents", False, "Agents and messages"),
+    "log": ("agents", False, "Agents and messages"),
+    "task": ("task", True, "Work"),
+    "handshake": ("plan", True, "Work"),
+    "contract": ("plan", True, "Work"),
+    "context": ("plan", True, "Work"),
+    "team": ("hub", True, "Hub"),
+    "room": ("hub", True, "Hub"),
+    "reap": ("hub", False, "Hub"),
+    "verify": ("hub", False, "Hub"),
+    "repair": ("repair", False, "Hub"),
+    "watch": ("tools", False, "Live"),
+    "wait": ("tools", False, "Live"),
+    "serve": ("tools", False, "Live"),
+    "token": ("tools", False, "Live"),
+    "demo": ("tools", False, "Start"),
 }
 
 
@@ -54,7 +54,7 @@ class LazyGroup(PlainGroup):
     def get_command(self, ctx, name):
         if name not in self.commands and name in COMMANDS:
             module, group, panel = COMMANDS[name]
-            mod = importlib.import_module(f"gitdrop.{module}")
+            mod = importlib.import_module(f"gitdrop.cli.{module}")
             if group:  # `task_app` etc.: the group is the command
                 built = typer.main.get_command(getattr(mod, f"{name}_app"))
             else:  # build just this one of the module's commands
@@ -78,7 +78,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
         print(f"gitdrop {__version__}")
         raise typer.Exit(0)
 

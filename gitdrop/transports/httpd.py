@@ -1,7 +1,7 @@
 """Serve a hub over smart HTTP: `git http-backend` as CGI behind HTTP Basic auth.
 
-    python -m gitdrop.httpd HUB [--host 127.0.0.1] [--port 8080] [--users FILE]
-    python -m gitdrop.httpd HUB --users FILE --add-user team/name   (prints a new password)
+    python -m gitdrop.transports.httpd HUB [--host 127.0.0.1] [--port 8080] [--users FILE]
+    python -m gitdrop.transports.httpd HUB --users FILE --add-user team/name   (prints a new password)
 
 The hub is served at /<its directory name> (http://HOST:PORT/hub.git). Every
 request must authenticate, by a line of the users file (`team/name:sha256:<hex of
@@ -70,9 +70,9 @@ class Users:
 
 def add_user(path: str, agent: str) -> str:
     """Append a user with a fresh random password; returns the password."""
-    from .model import is_agent_id
+    from ..model import is_agent_id
     if not is_agent_id(agent):
-        raise SystemExit(f"gitdrop.httpd: {agent!r} is not an agent id (team/name)")
+        raise SystemExit(f"gitdrop.transports.httpd: {agent!r} is not an agent id (team/name)")
     password = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     with os.fdopen(fd, "a") as f:
@@ -116,15 +116,15 @@ class GitApp:
                  anonymous_read: bool = False):
         self.hub = os.path.realpath(hub)
         if not os.path.exists(os.path.join(self.hub, "HEAD")):
-            raise SystemExit(f"gitdrop.httpd: no hub at {self.hub}")
-        from . import wal
+            raise SystemExit(f"gitdrop.transports.httpd: no hub at {self.hub}")
+        from .. import wal
         wal.ensure(self.hub)   # after a crash: replay the log before serving it
         self.name = os.path.basename(self.hub)
         self.users = Users(users)
         self.tokens = None
         if tokens:
             try:
-                from .tokens import Verifier
+                from ..tokens import Verifier
                 self.tokens = Verifier(self.hub)
             except ImportError:
                 pass
@@ -248,14 +248,14 @@ def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
           tokens: bool = True, anonymous_read: bool = False, quiet: bool = False):
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
     if not shutil.which("git"):
-        raise SystemExit("gitdrop.httpd: git is not on PATH")
+        raise SystemExit("gitdrop.transports.httpd: git is not on PATH")
     app = GitApp(hub, users, tokens, anonymous_read)
     handler = type("Handler", (_Handler,), {"quiet": quiet})
     return make_server(host, port, app, server_class=Server, handler_class=handler)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gitdrop.httpd", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m gitdrop.transports.httpd", description=__doc__.split("\n")[0])
     p.add_argument("hub")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="0 picks a free port")

@@ -14,10 +14,10 @@ import os
 import re
 import time
 
-from . import model
-from .errors import GitdropError, NotFound, Refusal, UsageError
-from .hub import Hub
-from .store import Store
+from .. import model
+from ..errors import GitdropError, NotFound, Refusal, UsageError
+from ..hub import Hub
+from ..store import Store
 
 # A read fetches unless the mirror was refreshed this recently (seconds): one verb
 # reads several times, and a write that raced is re-done on a fresh fetch anyway.

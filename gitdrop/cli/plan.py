@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_base import Scope, ago, command, paint, read_text, short_id, split_list, sub_app, table
-from .errors import UsageError
+from .base import Scope, ago, command, paint, read_text, short_id, split_list, sub_app, table
+from ..errors import UsageError
 
 handshake_app = sub_app("handshake", "Handshakes: a lead's plan that every target acks; "
                         "tasks bound to it start only at GO.")

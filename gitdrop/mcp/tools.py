@@ -1,6 +1,6 @@
 """The MCP tools' bodies: each maps its parameters to one core call (gitdrop/core.py,
 gitdrop/hub.py) and its result back as a typed dict. No mcp import here: the
-server (mcp_server.py) registers these methods and carries them over the wire.
+server (server.py) registers these methods and carries them over the wire.
 
 Who is calling comes from the session, not from the parameters: `CALLER` is set
 per request by the server (the agent bound with `--as` over stdio, the agent of
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from typing_extensions import NotRequired, TypedDict
 
-from . import model, tokens
-from .errors import Conflict, GitdropError, NotFound, Refusal, UsageError
-from .hub import open_hub
+from .. import model, tokens
+from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
+from ..opener import open_hub
 
 
 @dataclass(frozen=True)

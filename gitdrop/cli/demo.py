@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .errors import GitdropError
+from ..errors import GitdropError
 
 LEAD, API, WEB = "core/juno", "core/spartan", "core/ada"
 
@@ -104,7 +104,7 @@ def _push_task_by_hand(hub_path: str, work: str) -> str:
 
 
 def run(keep: bool = False, narrate: bool = True, out=print) -> list[dict]:
-    from . import hub as hubmod
+    from .. import hub as hubmod
 
     tmp = tempfile.mkdtemp(prefix="gitdrop-demo-")
     story = Story(narrate, out)

@@ -1,0 +1,1 @@
+"""The MCP server: tool bodies (tools.py) and their transport (server.py)."""
