@@ -70,11 +70,45 @@ class _Plain:
         return self.one(value, param, ctx)
 
 
+# What --help shows for a value of each plain type (Typer's own would be `<str>`).
+METAVARS = {str: "TEXT", int: "N", float: "NUMBER"}
+
+
+def _shown(p) -> None:
+    """Help in the usual words: `--limit N`, `--assign TEXT`, a flag with nothing after
+    it, an argument by its name in capitals (`TITLE`, `[PATH]`, `TO...`), instead of
+    Typer's `<int>`, `<bool>` and `{title}`."""
+    desc, is_arg = p.type_descriptor, p.param_type_name == "argument"
+    ann = desc.annotation
+    if getattr(ann, "__origin__", None) is list and len(getattr(ann, "__args__", ())) == 1:
+        ann = ann.__args__[0]
+    if is_arg:
+        explicit = p.metavar is not None
+        if not explicit:
+            p.metavar = p.name.upper() + ("..." if p.nargs != 1 else "")
+        usage = p.metavar if p.required or (explicit and p.metavar.startswith("[")) \
+            else f"[{p.metavar}]"
+        p._usage_display_name = lambda: usage
+        p.display_type_rich = lambda ctx=None: None   # the name says it
+        return
+    if getattr(p, "is_flag", False) or ann is bool:
+        shown = None
+    elif p.metavar is not None:
+        shown = p.metavar
+    elif desc.is_choice:
+        shown = "[" + p.display_type(None).strip("<>") + "]"
+    else:
+        shown = METAVARS.get(ann) or p.display_type(None).strip("<>").upper()
+    p.display_type_rich = lambda ctx=None: shown
+
+
 def _plain(params):
     for p in params:
         desc = getattr(p, "type_descriptor", None)
         if desc is None or not hasattr(p, "get_runtime_param") or "get_runtime_param" in vars(p):
             continue  # not Typer's parameter machinery, or done already
+        if hasattr(p, "display_type"):
+            _shown(p)
         ann, multi = desc.annotation, False
         if getattr(ann, "__origin__", None) is list and len(getattr(ann, "__args__", ())) == 1:
             ann, multi = ann.__args__[0], True

@@ -218,7 +218,8 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
 
 @command(app, "reap")
 def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
-        "--now", help="Judge ages as of this time (epoch seconds) instead of the clock.",
+        "--now", metavar="EPOCH",
+        help="Judge ages as of this time (epoch seconds) instead of the clock.",
         show_default=False)] = None):
     """Archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old archives
     (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""

@@ -38,7 +38,7 @@ def hs_start(s: Scope,
 
 
 @command(handshake_app, "ack")
-def hs_ack(s: Scope, hid: Annotated[int, typer.Argument(help="The handshake's id.")]):
+def hs_ack(s: Scope, hid: Annotated[int, typer.Argument(help="The handshake's id.", metavar="ID")]):
     """Acknowledge a plan you were asked to agree to (once)."""
     r = s.room.ack_handshake(s.agent, hid)
     status = paint("GO", "green") if r["status"] == "go" else "pending"
@@ -47,7 +47,8 @@ def hs_ack(s: Scope, hid: Annotated[int, typer.Argument(help="The handshake's id
 
 @command(handshake_app, "status")
 def hs_status(s: Scope, hid: Annotated[Optional[int], typer.Argument(
-        help="The handshake's id (default: all of them).", show_default=False)] = None):
+        help="The handshake's id (default: all of them).", metavar="ID",
+        show_default=False)] = None):
     """Who has acked and who has not; GO when every target has."""
     if hid is None:
         hs = s.room.handshakes()

@@ -34,7 +34,8 @@ def watch(s: Scope):
 
 @command(app, "wait")
 def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
-        "--timeout", help="Give up after this many seconds (exit 124). Default: no limit.",
+        "--timeout", metavar="SECONDS",
+        help="Give up after this many seconds (exit 124). Default: no limit.",
         show_default=False)] = None):
     """Block until something waits for you (at once if it already does), print it, exit."""
     from ..notifier import run_wait
