@@ -40,3 +40,16 @@ def test_help_shows_metavars_not_python_types(gd):
     assert "gitdrop send [OPTIONS] TO..." in gd.ok("send", "--help").out
     assert "gitdrop init [OPTIONS] [PATH]" in gd.ok("init", "--help").out
     assert "[stdio|http]" in gd.ok("serve", "--help", env={"COLUMNS": "200"}).out
+
+
+def test_a_mistyped_command_is_answered_with_the_closest(gd):
+    r = gd("inbx")
+    assert r.rc == 2 and "No such command 'inbx'. Did you mean 'inbox'?" in r.err, r
+    assert "'history'" in gd("histroy").err
+    r = gd("regster")
+    assert "'register'" in r.err and r.rc == 2
+    doc = gd("tsak", "--json").json
+    assert doc["exit_code"] == 2 and "Did you mean 'task'?" in doc["reason"]
+    r = gd("zzzzzz")
+    assert r.rc == 2 and "No such command 'zzzzzz'." in r.err and "Did you mean" not in r.err
+    assert "Did you mean 'list'?" in gd("task", "lst").err   # a group's own, as before
