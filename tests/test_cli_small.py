@@ -53,3 +53,55 @@ def test_a_mistyped_command_is_answered_with_the_closest(gd):
     r = gd("zzzzzz")
     assert r.rc == 2 and "No such command 'zzzzzz'." in r.err and "Did you mean" not in r.err
     assert "Did you mean 'list'?" in gd("task", "lst").err   # a group's own, as before
+
+
+# --- on a terminal -------------------------------------------------------------------
+
+def on_terminal(gd, *args, env=None, cols=100, timeout=60):
+    """Run gitdrop with stdout and stderr each on a pseudo-terminal of its own (stdin
+    empty); returns (exit code, what stdout's terminal got, what stderr's got)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+    from cli_helpers import ENTRY
+    (out_m, out_s), (err_m, err_s) = pty.openpty(), pty.openpty()
+    e = dict(gd.env, COLUMNS=str(cols), LINES="40", TERM="xterm", **(env or {}))
+    p = subprocess.Popen([*ENTRY, *map(str, args)], stdin=subprocess.DEVNULL, stdout=out_s,
+                         stderr=err_s, env=e, close_fds=True)
+    os.close(out_s)
+    os.close(err_s)
+    got = {out_m: b"", err_m: b""}
+    open_ = set(got)
+    deadline = time.monotonic() + timeout
+    while open_ and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(open_), [], [], 0.1)
+        for fd in ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:   # the other side closed (Linux reports EIO)
+                chunk = b""
+            if chunk:
+                got[fd] += chunk
+            else:
+                open_.discard(fd)
+        if p.poll() is not None and not ready:
+            break
+    rc = p.wait(timeout=10)
+    for fd in got:
+        os.close(fd)
+    return rc, got[out_m].decode(errors="replace"), got[err_m].decode(errors="replace")
+
+
+def test_no_color_means_no_styles_at_all_on_a_terminal(gd, team):
+    # on a terminal, tables and help are styled ...
+    rc, out, _ = on_terminal(gd, "who")
+    assert rc == 0 and "core/juno" in out and "\x1b[" in out
+    rc, out, _ = on_terminal(gd, "task", "create", "--help")
+    assert rc == 0 and "\x1b[" in out
+    # ... and NO_COLOR takes every style away: colours, bold and dim
+    for args in (("who",), ("task", "create", "--help"), ("--help",), ("room", "list"),
+                 ("--as", "spartan", "inbox", "--peek")):
+        rc, out, err = on_terminal(gd, *args, env={"NO_COLOR": "1"})
+        assert rc == 0 and "\x1b[" not in out and "\x1b[" not in err, (args, out, err)

@@ -118,14 +118,30 @@ def _plain(params):
     return params
 
 
+def _help_colour() -> None:
+    """Typer's rich help keeps bold and dim under NO_COLOR (rich drops colours only):
+    without colour, it gets no styles at all."""
+    if not colour_on(sys.stdout):
+        from typer import rich_utils
+        rich_utils.COLOR_SYSTEM = None
+
+
 class PlainCommand(TyperCommand):
     def get_params(self, ctx):
         return _plain(super().get_params(ctx))
+
+    def format_help(self, ctx, formatter):
+        _help_colour()
+        return super().format_help(ctx, formatter)
 
 
 class PlainGroup(TyperGroup):
     def get_params(self, ctx):
         return _plain(super().get_params(ctx))
+
+    def format_help(self, ctx, formatter):
+        _help_colour()
+        return super().format_help(ctx, formatter)
 
 
 
@@ -270,6 +286,18 @@ def colour_on(stream=None) -> bool:
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
+def console(stream=None, **kw):
+    """A rich Console on `stream` (stdout) that follows colour_on: under NO_COLOR (or
+    off a terminal) it writes no styles at all, not even bold; FORCE_COLOR forces them."""
+    from rich.console import Console
+    stream = stream or sys.stdout
+    if not colour_on(stream):
+        kw.setdefault("color_system", None)
+    elif not stream.isatty():
+        kw.setdefault("force_terminal", True)
+    return Console(file=stream, **kw)
+
+
 def paint(text: str, colour: str, stream=None) -> str:
     if not colour_on(stream):
         return text
@@ -294,7 +322,6 @@ def short_id(oid: str) -> str:
 def table(columns, rows, title: str = "") -> None:
     """A table for people (rich, imported only here). Cells are short: no bodies.
     A cell is text, or (text, colour); text is never read as markup."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     t = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
@@ -303,7 +330,7 @@ def table(columns, rows, title: str = "") -> None:
     for row in rows:
         t.add_row(*[Text(str(c[0]), style=c[1]) if isinstance(c, tuple) else Text(str(c))
                     for c in row])
-    Console(highlight=False, soft_wrap=False).print(t)
+    console(highlight=False, soft_wrap=False).print(t)
 
 
 def read_text(text: str | None, path: str | None, what: str) -> str:
