@@ -356,3 +356,22 @@ def test_repair_clears_dead_locks_and_says_a_hub_is_healthy(tmp_path):
     _damage(h.store.path, "header")
     res = gd("repair")
     assert res.rc == 0 and "log: rebuilt" in res.out, res
+
+
+def test_a_ref_naming_a_missing_commit_is_listed_and_put_back(tmp_path):
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "kept")
+    tip = h.store.room_tip("r")
+    with open(os.path.join(path, REF), "w") as f:
+        f.write("1" * 40 + "\n")                    # an id, of nothing in the hub
+    gd = _cli(h, tmp_path)
+    rooms = gd("room", "list", "--json")
+    assert rooms.rc == 0, rooms
+    row, = [x for x in rooms.json["rooms"] if x["room"] == "r"]
+    assert row["health"] == "damaged" and "missing" in row["damaged"]
+    look = gd("repair", "--json")
+    assert look.rc == 8 and look.json["damaged"][0]["offer"] == tip, look
+    assert gd("repair", "--apply").rc == 0
+    assert hubmod.Hub(path).store.room_tip("r") == tip
+    _fsck(path)
