@@ -105,3 +105,24 @@ def test_no_color_means_no_styles_at_all_on_a_terminal(gd, team):
                  ("--as", "spartan", "inbox", "--peek")):
         rc, out, err = on_terminal(gd, *args, env={"NO_COLOR": "1"})
         assert rc == 0 and "\x1b[" not in out and "\x1b[" not in err, (args, out, err)
+
+
+# --- what a command answers ----------------------------------------------------------
+
+def test_task_list_refuses_an_unknown_state_and_names_the_states(gd, team):
+    gd.ok("task", "create", "one", "--assign", "spartan")
+    doc = gd.refused(2, "usage", "task", "list", "--state", "bogus")
+    assert "'bogus'" in doc["reason"]
+    for state in ("pending", "assigned", "in_progress", "review", "cancelled"):
+        assert state in doc["reason"]
+    r = gd("task", "list", "--state", "assigned,revew")
+    assert r.rc == 2 and "'revew'" in r.err and "'assigned'" not in r.err
+    assert [t["title"] for t in gd.js("task", "list", "--state", "review,assigned")["tasks"]] \
+        == ["one"]
+
+
+def test_history_of_a_task_without_messages_says_so(gd, team):
+    gd.ok("send", "spartan", "-m", "not about a task")
+    tid = gd.ok("task", "create", "one").out.strip()
+    assert gd.ok("history", "--task", tid).out.strip() == f"no messages about task {tid} in lobby"
+    assert "not about a task" in gd.ok("history").out

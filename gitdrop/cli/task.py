@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, command, paint, read_text, short_id, split_list, sub_app, table
+from ..errors import UsageError
 
 task_app = sub_app("task", "Tasks: create, list, show, and move them through their states.")
 
@@ -52,13 +53,20 @@ def create(s: Scope,
 @command(task_app, "list")
 def list_(s: Scope,
           state: Annotated[str, typer.Option(
-              "--state", help="Only these states (comma list).")] = "",
+              "--state", metavar="STATE[,STATE]",
+              help="Only these states (comma list): pending, assigned, in_progress, review, "
+              "completed, failed, blocked, feedback, cancelled.")] = "",
           assignee: Annotated[str, typer.Option(
               "--assignee", help="Only this agent's ('none': unassigned).")] = "",
           tag: Annotated[str, typer.Option("--tag")] = "",
           all_: Annotated[bool, typer.Option(
               "--all", help="Include completed and cancelled.")] = False):
     """The room's tasks, highest priority first (done ones hidden unless --all)."""
+    from ..machine import STATES
+    bad = [x for x in split_list([state]) if x not in STATES]
+    if bad:
+        raise UsageError(f"unknown state {', '.join(map(repr, bad))}; the states are "
+                         + ", ".join(STATES), "e.g. gitdrop task list --state review,blocked")
     tasks = s.room.list_tasks(state=state, assignee=assignee, tag=tag, include_done=all_)
 
     def show():
