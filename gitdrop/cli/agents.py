@@ -174,7 +174,8 @@ def history(s: Scope,
 
     def show():
         if not msgs:
-            print(f"no messages in {s.room_name} yet")
+            print(f"no messages about task {task} in {s.room_name}" if task else
+                  f"no messages in {s.room_name} yet")
         for ev in msgs:
             to = ", ".join(x.rpartition("/")[2] if "/" in x else x for x in ev["to"])
             text = ev["text"].rstrip("\n").replace("\n", "\n    ")
