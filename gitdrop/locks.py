@@ -7,7 +7,8 @@ someone removed it. gitdrop's own writers therefore hold an flock on their lock
 file for its whole life (`take`): the kernel drops it when the process dies, so
 a lock file in the way (`clear`) is one of
 
-- held (its flock is taken): a live gitdrop writer; a lost race, nothing to do;
+- held (its flock is taken): a live gitdrop writer; a lost race: wait for its
+  write to end (milliseconds), then build again on what it wrote;
 - not held and younger than the grace period: git or libgit2 (they take no
   flock; their locks live milliseconds), a gitdrop writer between creating the
   file and locking it, or an owner that died a moment ago: wait and look again;
