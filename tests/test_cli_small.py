@@ -126,3 +126,19 @@ def test_history_of_a_task_without_messages_says_so(gd, team):
     tid = gd.ok("task", "create", "one").out.strip()
     assert gd.ok("history", "--task", tid).out.strip() == f"no messages about task {tid} in lobby"
     assert "not about a task" in gd.ok("history").out
+
+
+def test_destroy_refuses_a_non_lead_before_asking_for_the_name(gd, hub):
+    hub.register_team("core", "core/juno")
+    hub.create_room("core/juno", "tmp", ["core"])
+    hub.room("tmp").register("core/juno", ["lead"])
+    hub.room("tmp").register("core/kai", [])
+    # no answer on stdin: a refusal that came after the prompt would be "not confirmed"
+    r = gd("--as", "core/kai", "room", "destroy", "tmp", "--yes", "--json", input="")
+    assert r.rc == 3 and r.json["rule"] == "lead-only", r
+    assert "Type the room's name" not in r.err
+    r = gd("--as", "core/juno", "room", "destroy", "nowhere", "--yes", input="")
+    assert r.rc == 4 and "Type the room's name" not in r.err, r
+    # a lead is still asked, and still must type the name
+    r = gd("--as", "core/juno", "room", "destroy", "tmp", "--yes", input="tmp\n")
+    assert r.rc == 0 and "Type the room's name (tmp)" in r.err and "destroyed" in r.out, r

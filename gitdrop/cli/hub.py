@@ -201,6 +201,11 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
         raise UsageError(f"destroying {name} deletes its whole history",
                          f"if you mean it: gitdrop room destroy {name} --yes (then confirm)")
     by = s.agent
+    # Who may destroy is checked before asking: a non-lead is refused at once, not
+    # after typing the name (destroy_room checks again, under its own read).
+    h = s.hub
+    _ref, _tip, view = h._locate(name)
+    by = h._require_lead(view, by, "destroy")
     # The prompt goes to stderr so stdout keeps only the result (one JSON document).
     print(f"Type the room's name ({name}) to destroy it: ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline() if sys.stdin is not None else ""
