@@ -177,6 +177,14 @@ def test_bad_arguments_and_refusals_come_back_as_tool_errors(hub):
     assert r["isError"] and "missing required argument 'to_agent'" in r["content"][0]["text"]
     r = call_tool(hub.path, "core/juno", "no_such_tool", {})
     assert r["isError"] and r["content"][0]["text"] == "Unknown tool: no_such_tool"
+    server, _box, _push = build(hub.path, "lobby", "core/juno", "stdio", "agent")
+    calls = server._lowlevel_server.get_request_handler("tools/call").handler
+    text = calls.call("approve_task", {"task_id": 1})["content"][0]["text"]
+    assert text.startswith("Unknown tool: approve_task: it is a tool of the lead profile, "
+                           "and this server was started with --tools agent"), text
+    assert "Next: start the server with --tools lead or --tools all" in text
+    text = calls.call("destroy_room", {"room_name": "x"})["content"][0]["text"]
+    assert "Next: start the server with --tools all (" in text
     r = call_tool(hub.path, "core/juno", "send", {"to_agent": "nobody", "message": "hi"})
     assert r["isError"] and "rule unknown-recipient:" in r["content"][0]["text"]
     assert "Next: call who" in r["content"][0]["text"]

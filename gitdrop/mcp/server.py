@@ -270,17 +270,29 @@ class ToolCalls:
     and the next call. Results are the TypedDicts of mcp_tools.py: what
     outputSchema says, which tests check against every tool's schema."""
 
-    def __init__(self, box: ToolBox, names):
+    def __init__(self, box: ToolBox, names, profile: str = "all"):
         self.box = box
+        self.profile = profile
         self.tools = {name: (getattr(box, name), Params(getattr(box, name))) for name in names}
 
     async def __call__(self, ctx, params: CallToolRequestParams) -> dict:
         return _complete(ctx, self.call(params.name, params.arguments or {}))
 
+    def unknown(self, name: str) -> str:
+        """Unknown here; a tool of a larger profile says which and how to get it."""
+        wider = mcp_tools.TOOLS.get(name)
+        if wider is None:
+            return f"Unknown tool: {name}"
+        also = " or --tools all" if wider != "all" else ""
+        return (f"Unknown tool: {name}: it is a tool of the {wider} profile, and this server "
+                f"was started with --tools {self.profile}\nNext: start the server with --tools "
+                f"{wider}{also} (gitdrop mcp install --tools {wider} rewrites the client's "
+                "config), or ask a lead to do it")
+
     def call(self, name: str, arguments: dict) -> dict:
         entry = self.tools.get(name)
         if entry is None:
-            return _error(f"Unknown tool: {name}")
+            return _error(self.unknown(name))
         fn, checks = entry
         try:
             kw = checks.check(arguments)
@@ -497,7 +509,7 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
     bus = AgentBus(per_agent=box.transport == "http")
     push = Push(box, bus)
     names = mcp_tools.tools_for(tools)
-    calls = ToolCalls(box, names)
+    calls = ToolCalls(box, names, tools)
     stamp = lambda: server._lowlevel_server.server_info_stamp  # noqa: E731
     server = GitdropServer("gitdrop", instructions=_instructions(box),
                            version=_version(), subscriptions=bus, log_level="WARNING",
