@@ -155,13 +155,20 @@ def test_arguments_are_checked_as_the_input_schema_says(hub):
     pin = Params(mcp_tools.ToolBox.pin_room)
     for given, want in (("false", False), ("no", False), (0, False), ("On", True), (True, True)):
         assert pin.check({"pinned": given})["pinned"] is want, given
+    submit = Params(mcp_tools.ToolBox.submit_for_review)
+    for given, want in ((["api.py", " b.py "], ["api.py", "b.py"]), ("", []), ([], []),
+                        ("api.py, b.py", ["api.py", "b.py"])):
+        assert submit.check({"task_id": 1, "summary": "s", "files_changed": given})[
+            "files_changed"] == want, given
     for params, args, words in (
             (send, {"message": "hi"}, "missing required argument 'to_agent'"),
             (send, {"to_agent": 5, "message": "hi"}, "'to_agent' must be a string, not 5"),
             (send, {"to_agent": "a", "message": "b", "task_id": None}, "a string or an integer"),
             (inbox, {"limit": "lots"}, "'limit' must be an integer, not \"lots\""),
             (inbox, {"limit": 5.5}, "an integer"), (inbox, {"limit": [1]}, "an integer"),
-            (pin, {"pinned": 2}, "true or false"), (pin, {"pinned": "maybe"}, "true or false")):
+            (pin, {"pinned": 2}, "true or false"), (pin, {"pinned": "maybe"}, "true or false"),
+            (submit, {"task_id": 1, "summary": "s", "files_changed": ["a", 2]}, "list of strings"),
+            (submit, {"task_id": 1, "summary": "s", "files_changed": 3}, "list of strings")):
         with pytest.raises(BadArgument, match=words.replace("(", r"\(")):
             params.check(args)
 

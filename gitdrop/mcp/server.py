@@ -73,9 +73,31 @@ class AgentBus:
                     pass
 
 
+# Keywords that apply to values of one JSON type only: alternatives that differ in
+# type and carry no others can be one schema with a `type` list.
+_OWN_TYPE = {"type", "items", "additionalProperties"}
+
+
+def _merged(any_of):
+    """anyOf alternatives as one schema, or None: each of another type (integer and
+    number overlap) and with keywords of its own type only."""
+    if not all(isinstance(x, dict) and isinstance(x.get("type"), str) and x.keys() <= _OWN_TYPE
+               for x in any_of):
+        return None
+    types = [x["type"] for x in any_of]
+    others = [k for x in any_of for k in x if k != "type"]
+    if len(set(types)) < len(types) or {"integer", "number"} <= set(types) or \
+            len(set(others)) < len(others):
+        return None
+    out = {k: v for x in any_of for k, v in x.items() if k != "type"}
+    out["type"] = types
+    return out
+
+
 def _compact(schema):
     """A schema without what costs an agent's context and says nothing: pydantic's
-    titles, empty defaults; unions of plain types as one `type` list."""
+    titles, empty defaults; a union of types as one `type` list where it means the
+    same (`{"type": ["string", "array"], "items": ...}`)."""
     if isinstance(schema, list):
         return [_compact(x) for x in schema]
     if not isinstance(schema, dict):
@@ -91,9 +113,10 @@ def _compact(schema):
         else:
             out[k] = _compact(v)
     any_of = out.get("anyOf")
-    if any_of and all(isinstance(x, dict) and set(x) == {"type"} for x in any_of):
+    merged = _merged(any_of) if any_of else None
+    if merged is not None:
         out.pop("anyOf")
-        out["type"] = [x["type"] for x in any_of]
+        out.update(merged)
     return out
 
 
@@ -211,8 +234,17 @@ def _as_int_map(v):
         raise BadArgument("an object of whole numbers") from None
 
 
+def _as_str_list(v):
+    """A list of strings, or one string of comma-separated items ("a.py, b.py")."""
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return [x.strip() for x in v if x.strip()]
+    raise BadArgument("a list of strings or a comma-separated string")
+
+
 _COERCE = {str: _as_str, int: _as_int, bool: _as_bool, str | int: _as_str_or_int,
-           dict[str, int] | None: _as_int_map}
+           dict[str, int] | None: _as_int_map, str | list[str]: _as_str_list}
 
 
 class Params:

@@ -500,11 +500,13 @@ class ToolBox:
         return {"tasks": [_task(self.room.task(t["id"])) for t in tasks]}
 
     def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
-                          files_changed: str = "", test_results: str = "") -> TaskMove:
+                          files_changed: str | list[str] = "",
+                          test_results: str = "") -> TaskMove:
         """Hand your in_progress task to review."""
         note = summary.strip()
-        if files_changed:
-            note += f"\n\nFiles changed: {files_changed}"
+        files = _split(files_changed) if isinstance(files_changed, str) else files_changed
+        if files:
+            note += f"\n\nFiles changed: {', '.join(files)}"
         if test_results:
             note += f"\n\nTest results: {test_results}"
         return self._move(agent_name, task_id, "submit", note=note)
