@@ -106,7 +106,7 @@ def _compact(schema):
     for k, v in schema.items():
         if k == "title" and isinstance(v, str):
             continue
-        if k == "default" and not isinstance(v, bool) and v in ("", 0, [], {}):
+        if k == "default" and (v is None or not isinstance(v, bool) and v in ("", 0, [], {})):
             continue
         if k in ("properties", "$defs") and isinstance(v, dict):
             out[k] = {name: _compact(sub) for name, sub in v.items()}
@@ -142,16 +142,25 @@ def _outline(schema: dict, root: dict | None = None, depth: int = 0) -> dict:
     return out
 
 
+def _described(schema: dict, params: dict[str, str]) -> dict:
+    """An input schema whose properties carry their parameters' descriptions."""
+    props = schema.get("properties", {})
+    return dict(schema, properties={name: dict(sub, description=params[name])
+                                    if params.get(name) else sub
+                                    for name, sub in props.items()})
+
+
 class GitdropServer(MCPServer):
     """MCPServer whose tools/list carries compact schemas (computed once): every
     tool description is paid for in the agent's context on every call."""
 
     _listed = None
+    params: dict[str, dict[str, str]]  # tool → parameter → description (build)
 
     async def list_tools(self):
         if self._listed is None:
             self._listed = [t.model_copy(update={
-                "input_schema": _compact(t.input_schema),
+                "input_schema": _described(_compact(t.input_schema), self.params.get(t.name, {})),
                 "output_schema": _outline(_compact(t.output_schema)) if t.output_schema
                 else None}) for t in await super().list_tools()]
         return self._listed
@@ -353,10 +362,6 @@ def _resource(fn):
     return read
 
 
-def _describe(fn) -> str:
-    return " ".join((fn.__doc__ or "").split())
-
-
 class Push:
     """Sessions to tell when something lands for their agent, and the telling."""
 
@@ -547,9 +552,11 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
                            version=_version(), subscriptions=bus, log_level="WARNING",
                            middleware=[_identify(box, push, calls, stamp)])
     server.push = push
+    server.params = {}
     for name in names:
         fn = getattr(box, name)
-        server.add_tool(_schema_only(fn), name=name, description=_describe(fn),
+        description, server.params[name] = mcp_tools.describe(fn)
+        server.add_tool(_schema_only(fn), name=name, description=description,
                         annotations=ToolAnnotations(read_only_hint=True)
                         if name in mcp_tools.READ_ONLY else None)
 

@@ -9,6 +9,7 @@ and, when given, must name that agent.
 """
 
 import contextvars
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -74,6 +75,33 @@ def render_error(e: GitdropError) -> str:
     if nxt:
         text += f"\nNext: {nxt}"
     return text
+
+
+# Parameters many tools take, described once; a tool's docstring may describe its
+# own (see describe).
+PARAMS = {
+    "agent_name": "you (optional)", "from_agent": "you (optional)", "creator": "you (optional)",
+    "task_id": "task id", "handshake_id": "handshake id", "room_name": "default: this room",
+    "team_name": "the team", "project": "a project name",
+    "key": "retries with it apply once",
+}
+
+
+def describe(fn) -> tuple[str, dict[str, str]]:
+    """A tool's description and its parameters': the docstring's first paragraph,
+    then its `parameter: text` lines (a line that starts otherwise goes on the one
+    before); a parameter the docstring does not describe takes PARAMS'."""
+    head, _, rest = inspect.cleandoc(fn.__doc__ or "").partition("\n\n")
+    names = [n for n in inspect.signature(fn).parameters if n != "self"]
+    own: dict[str, str] = {}
+    last = ""
+    for line in rest.splitlines():
+        name, sep, text = line.partition(": ")
+        if sep and name in names:
+            own[name], last = text.strip(), name
+        elif last and line.strip():
+            own[last] += " " + line.strip()
+    return " ".join(head.split()), {n: own.get(n) or PARAMS.get(n, "") for n in names}
 
 
 # --- typed results ------------------------------------------------------------
@@ -223,7 +251,10 @@ class Rooms(TypedDict):
 class RoomChange(TypedDict):
     room: str
     done: bool
-    waiting_for: NotRequired[list[str]]  # destroy: leads whose consent is still missing
+
+
+class RoomDestroyed(RoomChange):
+    waiting_for: NotRequired[list[str]]  # leads whose consent is still missing
 
 
 class RoomSettings(TypedDict):
@@ -363,9 +394,15 @@ class ToolBox:
     # --- messaging ------------------------------------------------------------------
     def register(self, agent_name: str = "", role: str = "", description: str = "",
                  team: str = "", token: str = "") -> Registered:
-        """Join the room (again: updates role/description). role: comma list; name may
-        be team/name. Over HTTP returns your token: send it on every call as header
-        Authorization: Bearer <token>."""
+        """Join the room (again: updates role/description). Over HTTP returns your
+        token: send it on every call as header Authorization: Bearer <token>.
+
+        agent_name: your name, or team/name
+        role: comma list (lead, coder, ...)
+        description: what you do
+        team: your team
+        token: yours, if you have one (HTTP)
+        """
         c = self.caller()
         if c.error:
             raise Refusal("token", c.error, NEXT["token"])
@@ -422,7 +459,10 @@ class ToolBox:
                            for a in self.room.who()]}
 
     def set_status(self, status: str, agent_name: str = "") -> Done:
-        """Set your status line (shown by who)."""
+        """Set your status line (shown by who).
+
+        status: a short line
+        """
         r = self.room.set_status(self.me(agent_name), status)
         return {"agent": r["agent"], "commit": r.get("commit", "")}
 
@@ -433,28 +473,42 @@ class ToolBox:
 
     def send(self, to_agent: str, message: str, from_agent: str = "", cc: str = "",
              task_id: str | int = "", reply_to: str | int = "", key: str = "") -> Sent:
-        """Message agents. to_agent, cc: comma lists of team/name (short if unique),
-        @team or all. Refused while you have unread mail. key: a retry with the same
-        key is sent once."""
+        """Message agents. Refused while you have unread mail.
+
+        to_agent: comma list of team/name (short if unique), @team or all
+        message: the text
+        cc: as to_agent
+        task_id: the task it is about
+        reply_to: the message answered (its id)
+        """
         r = self.room.send(self.me(from_agent), _split(to_agent), message, _split(cc),
                            task=str(task_id or ""), reply_to=str(reply_to or ""), key=key)
         return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
 
     def broadcast(self, message: str, from_agent: str = "") -> Sent:
-        """Message everyone in the room."""
+        """Message everyone in the room.
+
+        message: the text
+        """
         r = self.room.send(self.me(from_agent), [model.ALL], message)
         return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
 
     def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
-        """Read your unread messages and notices, oldest first, up to limit (max 100);
-        remaining: how many are left."""
+        """Read your unread messages and notices, oldest first; remaining: how many are
+        left.
+
+        limit: at most 100
+        """
         limit = max(1, min(int(limit or 20), MAX_INBOX))
         r = self.room.inbox(self.me(agent_name), limit)
         return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
 
     def get_history(self, count: int = 10, task_id: str | int = "") -> History:
-        """The room's last count messages (max 100), optionally of one task; marks
-        nothing read."""
+        """The room's last messages; marks nothing read.
+
+        count: at most 100
+        task_id: only this task's
+        """
         n = max(1, min(int(count or 10), MAX_INBOX))
         return {"messages": [_message(e) for e in self.room.history(n, str(task_id or ""))]}
 
@@ -463,8 +517,16 @@ class ToolBox:
                     assigned_to: str = "", project: str = "", priority: int = 0,
                     tags: str = "", reviewer: str = "", handshake_id: int = 0,
                     key: str = "") -> TaskMove:
-        """New task: pending, or assigned to assigned_to. tags: comma list;
-        handshake_id: cannot start before that handshake is GO; key: as in send."""
+        """New task: pending, or assigned.
+
+        title: one line
+        description: the details
+        assigned_to: the assignee
+        priority: higher first
+        tags: comma list
+        reviewer: default: a lead
+        handshake_id: no start before it is GO
+        """
         r = self.room.create_task(self.me(creator), title, description, assigned_to,
                                   priority=priority, tags=_split(tags),
                                   handshake=handshake_id, project=project, reviewer=reviewer,
@@ -478,8 +540,12 @@ class ToolBox:
 
     def update_task(self, task_id: str | int, status: str = "", agent_name: str = "",
                     assigned_to: str = "", result: str = "") -> TaskMove:
-        """Move a task to status: assigned, in_progress, review, completed, failed,
-        blocked, cancelled; result: note or reason."""
+        """Move a task to a status (or reassign it).
+
+        status: assigned, in_progress, review, completed, failed, blocked or cancelled
+        assigned_to: the new assignee
+        result: note or reason
+        """
         me = self.me(agent_name)
         tid = _int_id(task_id, "task_id")
         if not status:
@@ -494,15 +560,23 @@ class ToolBox:
         return self._move(agent_name, task_id, "claim")
 
     def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "") -> Tasks:
-        """Tasks by priority with descriptions. status: comma list (done ones hidden
-        unless asked); assigned_to: name or none."""
+        """Tasks by priority with descriptions.
+
+        status: comma list (done ones only if asked)
+        assigned_to: a name, or none
+        """
         tasks = self.room.list_tasks(status, assigned_to, project=project)
         return {"tasks": [_task(self.room.task(t["id"])) for t in tasks]}
 
     def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
                           files_changed: str | list[str] = "",
                           test_results: str = "") -> TaskMove:
-        """Hand your in_progress task to review."""
+        """Hand your in_progress task to review.
+
+        summary: what you did
+        files_changed: a list, or a comma list
+        test_results: how the tests went
+        """
         note = summary.strip()
         files = _split(files_changed) if isinstance(files_changed, str) else files_changed
         if files:
@@ -512,28 +586,43 @@ class ToolBox:
         return self._move(agent_name, task_id, "submit", note=note)
 
     def approve_task(self, task_id: str | int, agent_name: str = "", notes: str = "") -> TaskMove:
-        """Reviewer: approve a task in review (completed)."""
+        """Reviewer: approve a task in review (completed).
+
+        notes: for the assignee
+        """
         return self._move(agent_name, task_id, "approve", note=notes)
 
     def reject_task(self, task_id: str | int, reason: str, agent_name: str = "") -> TaskMove:
-        """Reviewer: send a task in review back for rework."""
+        """Reviewer: send a task in review back for rework.
+
+        reason: what to redo
+        """
         return self._move(agent_name, task_id, "reject", note=reason)
 
     def request_feedback(self, task_id: str | int, question: str,
                          agent_name: str = "") -> TaskMove:
-        """Ask your task's creator a question (task waits in feedback)."""
+        """Ask your task's creator a question (task waits in feedback).
+
+        question: the question
+        """
         return self._move(agent_name, task_id, "ask", question=question, note=question)
 
     def respond_feedback(self, task_id: str | int, answer: str,
                          agent_name: str = "") -> TaskMove:
-        """Answer a task's question (back to in_progress)."""
+        """Answer a task's question (back to in_progress).
+
+        answer: the answer
+        """
         return self._move(agent_name, task_id, "answer", answer=answer, note=answer)
 
     # --- handshakes -------------------------------------------------------------------
     def initiate_handshake(self, message: str, agents: str = "",
                            from_agent: str = "") -> Handshake:
-        """Lead: propose a plan that targets must ack before bound work starts. agents:
-        comma list (default: everyone else)."""
+        """Lead: propose a plan that targets must ack before bound work starts.
+
+        message: the plan
+        agents: comma list (default: everyone else)
+        """
         r = self.room.start_handshake(self.me(from_agent), message, _split(agents))
         return self._handshake(r["id"])
 
@@ -554,28 +643,47 @@ class ToolBox:
     # --- contracts and shared context ---------------------------------------------------
     def declare_contract(self, name: str, type: str, spec: str, agent_name: str = "",
                          project: str = "") -> Declared:
-        """Declare or change (owner or lead) a shared interface; type: function, dom_id,
-        css_class, file_path, api_endpoint, event, schema, other."""
+        """Declare or change (owner or lead) a shared interface.
+
+        name: e.g. api.users
+        type: function, dom_id, css_class, file_path, api_endpoint, event, schema or other
+        spec: the interface
+        """
         r = self.room.declare_contract(self.me(agent_name), name, spec, type, project)
         return {"name": r["name"], "version": r["version"], "owner": r["owner"],
                 "commit": r.get("commit", "")}
 
     def list_contracts(self, project: str = "", owner: str = "", type: str = "") -> Contracts:
-        """Contracts with specs."""
+        """Contracts with specs.
+
+        owner: filter
+        type: filter
+        """
         return {"contracts": [_contract(c) for c in self.room.contracts(project, owner, type)]}
 
     def share_context(self, key: str, value: str, agent_name: str = "") -> ContextSet:
-        """Set a room-wide note (empty value clears)."""
+        """Set a room-wide note.
+
+        key: the note's name
+        value: text (empty clears)
+        """
         r = self.room.set_context(self.me(agent_name), key, value if value else None)
         return {"key": r["key"], "commit": r.get("commit", "")}
 
     def get_shared_context(self, key: str = "") -> SharedContext:
-        """Shared notes: one key or all."""
+        """Shared notes.
+
+        key: one (default: all)
+        """
         return {"context": self.room.context(key)}
 
     # --- rooms and teams ------------------------------------------------------------------
     def register_team(self, team_name: str, leader: str, members: str = "") -> Team:
-        """Create or change (its lead) a team; members: comma list."""
+        """Create or change (its lead) a team.
+
+        leader: its lead
+        members: comma list
+        """
         t = self.hub.register_team(team_name, leader, _split(members),
                                    by=self.me("", registered=False))
         return {"name": t["name"], "lead": t["lead"], "members": t["members"]}
@@ -587,53 +695,73 @@ class ToolBox:
 
     def create_room(self, name: str, teams: str = "", creator: str = "",
                     project: str = "") -> RoomChange:
-        """New room for teams (comma list; none: open). project is unused."""
+        """New room for teams.
+
+        name: the room
+        teams: comma list (none: open)
+        project: unused
+        """
         r = self.hub.create_room(self.me(creator, registered=False), name, _split(teams))
         return {"room": r["room"], "done": True}
 
     def list_rooms(self, status: str = "active") -> Rooms:
-        """Rooms: active, archived or all."""
+        """The hub's rooms.
+
+        status: active, archived or all
+        """
         return {"rooms": [{k: r[k] for k in RoomInfo.__annotations__}
                           for r in self.hub.rooms(status or "active")]}
 
     def join_room(self, team_name: str, room_name: str = "") -> RoomChange:
-        """Add a team to a room (default: this one)."""
+        """Add a team to a room."""
         r = self.hub.join_room(team_name, room_name or self.room_name,
                                by=self.me("", registered=False))
         return {"room": r["room"], "done": r["joined"]}
 
     def leave_room(self, team_name: str, room_name: str = "") -> RoomChange:
-        """Take a team out of a room (default: this one)."""
+        """Take a team out of a room."""
         r = self.hub.leave_room(team_name, room_name or self.room_name,
                                 by=self.me("", registered=False))
         return {"room": r["room"], "done": r["left"]}
 
     def archive_room(self, room_name: str) -> RoomChange:
-        """Room lead: archive a room (history kept)."""
+        """Room lead: archive a room (history kept).
+
+        room_name: the room
+        """
         r = self.hub.archive_room(room_name, by=self.me("", registered=False))
         return {"room": r["room"], "done": r["archived"]}
 
-    def destroy_room(self, room_name: str) -> RoomChange:
-        """Room lead: delete a room for good."""
+    def destroy_room(self, room_name: str) -> RoomDestroyed:
+        """Room lead: delete a room for good.
+
+        room_name: the room
+        """
         r = self.hub.destroy_room(room_name, by=self.me("", registered=False))
-        out: RoomChange = {"room": r["room"], "done": r["destroyed"]}
+        out: RoomDestroyed = {"room": r["room"], "done": r["destroyed"]}
         if not r["destroyed"]:
             out["waiting_for"] = r.get("waiting_for", [])
         return out
 
     def room_status(self, room_name: str = "") -> RoomStatus:
-        """A room's teams, leads, agents, task counts (default: this one)."""
+        """A room's teams, leads, agents, task counts."""
         r = self.hub.room_status(room_name or self.room_name)
         return {k: r[k] for k in RoomStatus.__annotations__}
 
     def get_my_rooms(self, team_name: str = "") -> Rooms:
-        """Rooms of a team (default: yours)."""
+        """Rooms of a team.
+
+        team_name: default: yours
+        """
         team = team_name or model.split_agent(self.me("", registered=False))[0]
         return {"rooms": [{k: r[k] for k in RoomInfo.__annotations__}
                           for r in self.hub.rooms_of_team(team)]}
 
     def pin_room(self, room_name: str = "", pinned: bool = True) -> RoomChange:
-        """Pin (or unpin) a room: never archived or expired."""
+        """Pin (or unpin) a room: never archived or expired.
+
+        pinned: false unpins
+        """
         r = self.hub.pin_room(room_name or self.room_name, by=self.me("", registered=False),
                               pinned=pinned)
         return {"room": r["room"], "done": r["pinned"] == pinned}
@@ -641,7 +769,10 @@ class ToolBox:
     def room_settings(self, settings: dict[str, int] | None = None,
                       room_name: str = "") -> RoomSettings:
         """A room's settings (loop_cap, loop_window, max_message, max_file, max_title,
-        max_tags, max_retries, clock_skew); settings: the ones to change (leads)."""
+        max_tags, max_retries, clock_skew).
+
+        settings: the ones to change (leads); none: read
+        """
         by = self.me("", registered=False) if settings else ""
         r = self.hub.room_settings(room_name or self.room_name, by, settings or {})
         return {"room": r["room"], "settings": r["settings"], "overrides": r["overrides"]}
