@@ -525,7 +525,7 @@ def _alert(w: dict, as_json: bool) -> str:
             f"(next: gitdrop inbox)")
     if not as_json:
         return line
-    return json.dumps({"alert": line, "summary": summary, "agent": w["agent"],
+    return json.dumps({"ok": True, "alert": line, "summary": summary, "agent": w["agent"],
                        "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
                        "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
                        "handshakes": w["handshakes"]}, ensure_ascii=False)
@@ -569,8 +569,18 @@ def run_wait(hub: str, room: str, agent: str, timeout: float | None, as_json: bo
                 return 0
             done.set()  # no alert after the timeout is reported
         _say(f"nothing for {agent} in {room} after {timeout:g} s")
+        if as_json:   # one document says so, like every --json that does not succeed
+            print(json.dumps({
+                "ok": False, "exit_code": TIMEOUT_EXIT, "error": "timeout", "rule": "timeout",
+                "reason": f"nothing waited for {agent} in {room} within {timeout:g} s",
+                "fix": "wait again (gitdrop wait --timeout S), or look now (gitdrop inbox "
+                       "--peek)", "commit": "", "agent": agent, "room": room,
+                "timeout": timeout}, ensure_ascii=False), flush=True)
         return TIMEOUT_EXIT
     except GitdropError as e:
+        if as_json:
+            print(json.dumps(dict({"ok": False, "exit_code": e.exit_code}, **e.to_dict()),
+                             ensure_ascii=False), flush=True)
         sys.stderr.write(e.render() + "\n")
         return e.exit_code
     except KeyboardInterrupt:

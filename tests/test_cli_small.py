@@ -142,3 +142,17 @@ def test_destroy_refuses_a_non_lead_before_asking_for_the_name(gd, hub):
     # a lead is still asked, and still must type the name
     r = gd("--as", "core/juno", "room", "destroy", "tmp", "--yes", input="tmp\n")
     assert r.rc == 0 and "Type the room's name (tmp)" in r.err and "destroyed" in r.out, r
+
+
+def test_wait_json_says_it_timed_out_in_one_document(gd, team):
+    r = gd("--as", "spartan", "wait", "--timeout", "0.2", "--json")
+    assert r.rc == 124, r
+    doc = r.json
+    assert doc["ok"] is False and doc["exit_code"] == 124 and doc["rule"] == "timeout"
+    assert "core/spartan" in doc["reason"] and "0.2 s" in doc["reason"]
+    assert "gitdrop wait" in doc["fix"] and doc["agent"] == "core/spartan"
+    r = gd("--as", "nobody", "wait", "--timeout", "0.2", "--json")   # an error: one document too
+    assert r.rc == 4 and r.json["ok"] is False and r.json["rule"] == "not-found", r
+    gd.ok("send", "spartan", "-m", "your turn")
+    doc = gd.js("--as", "spartan", "wait", "--timeout", "5")
+    assert doc["unread"] == 1
