@@ -557,18 +557,26 @@ class Hub:
         return out
 
     # --- upkeep --------------------------------------------------------------------------
-    def reap(self, now: int | None = None) -> dict:
+    def reap(self, now: int | None = None, progress=None) -> dict:
         """Archive rooms idle for gitdrop.idleArchiveDays (0, the default: never) and
         destroy archives older than gitdrop.archiveExpiryDays (default 90; 0: never),
-        sparing pinned rooms. Each act is a commit on the hub branch by hub/reaper."""
+        sparing pinned rooms. Each act is a commit on the hub branch by hub/reaper.
+        `progress(done, total)` hears of each room judged."""
         now = self.clock() if now is None else now
         idle_days = self.config("gitdrop.idleArchiveDays", 0)
         expiry_days = self.config("gitdrop.archiveExpiryDays", 90)
         spared: list[str] = []
 
+        judged = [0, 0]
+
         def due(status, days, since, act, why):
             done = []
-            for r in self.rooms(status) if days > 0 else ():
+            rooms = self.rooms(status) if days > 0 else []
+            judged[1] += len(rooms)
+            for r in rooms:
+                judged[0] += 1
+                if progress is not None:
+                    progress(judged[0], judged[1])
                 if now - r[since] < days * DAY:
                     continue
                 if r["pinned"]:
@@ -600,15 +608,17 @@ class Hub:
         threading.Thread(target=loop, name="gitdrop-reaper", daemon=True).start()
         return stop
 
-    def verify(self, room: str, archived: bool = False) -> list:
-        """Re-check a whole room from its first commit (no clock rule)."""
+    def verify(self, room: str, archived: bool = False, progress=None) -> list:
+        """Re-check a whole room from its first commit (no clock rule); `progress(done,
+        total)` hears of each commit checked."""
         from .verify import check_commits
         ref = (model.ARCHIVE_PREFIX if archived else model.ROOM_PREFIX) + room
         tip = self.store.tip(ref)
         if not tip:
             raise NotFound(f"no {'archived ' if archived else ''}room {room!r}",
                            "list them with gitdrop room list --all")
-        return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip)
+        return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip,
+                             progress=progress)
 
 
 class _TextReader:

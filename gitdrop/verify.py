@@ -28,8 +28,10 @@ def chain(reader, old: str, new: str, ref: str) -> list:
     return out
 
 
-def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "") -> list:
-    """Check every commit between old and new; returns [(oid, op)] or raises Refusal."""
+def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "",
+                  progress=None) -> list:
+    """Check every commit between old and new; returns [(oid, op)] or raises Refusal.
+    `progress(done, total)`, if given, hears of each room commit checked."""
     if old == ZERO:
         old = ""
     if ref.startswith(model.ROOM_PREFIX):
@@ -45,7 +47,7 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                           commit=ref)
         if not old:
             hubrules.check_new_room(reader, room)
-        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher)
+        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher, progress)
     if ref == model.HUB_REF:
         if new == ZERO:
             raise Refusal("linear-history", "the hub branch cannot be deleted", "", commit=ref)
@@ -55,7 +57,7 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                   commit=ref)
 
 
-def _check_room(reader, room, commits, now, pusher) -> list:
+def _check_room(reader, room, commits, now, pusher, progress=None) -> list:
     out = []
     fresh = set()
 
@@ -80,4 +82,6 @@ def _check_room(reader, room, commits, now, pusher) -> list:
                 raise Refusal("format", f"room.toml names {name!r} but the branch is "
                               f"rooms/{room}", "make them match", commit=c.oid[:12])
         out.append((c.oid, op))
+        if progress is not None:
+            progress(len(out), len(commits))
     return out

@@ -57,17 +57,20 @@ def test_a_mistyped_command_is_answered_with_the_closest(gd):
 
 # --- on a terminal -------------------------------------------------------------------
 
-def on_terminal(gd, *args, env=None, cols=100, timeout=60):
+def on_terminal(gd, *args, env=None, cols=100, timeout=60, stdout_tty=True):
     """Run gitdrop with stdout and stderr each on a pseudo-terminal of its own (stdin
-    empty); returns (exit code, what stdout's terminal got, what stderr's got)."""
+    empty; stdout a pipe with stdout_tty=False); returns (exit code, what stdout got,
+    what stderr's terminal got)."""
     import os
     import pty
     import select
     import subprocess
     import time
     from cli_helpers import ENTRY
-    (out_m, out_s), (err_m, err_s) = pty.openpty(), pty.openpty()
-    e = dict(gd.env, COLUMNS=str(cols), LINES="40", TERM="xterm", **(env or {}))
+    (out_m, out_s) = pty.openpty() if stdout_tty else os.pipe()   # (read end, write end)
+    (err_m, err_s) = pty.openpty()
+    e = dict(gd.env, COLUMNS=str(cols), LINES="40", TERM="xterm")
+    e.update(env or {})
     p = subprocess.Popen([*ENTRY, *map(str, args)], stdin=subprocess.DEVNULL, stdout=out_s,
                          stderr=err_s, env=e, close_fds=True)
     os.close(out_s)
@@ -156,3 +159,55 @@ def test_wait_json_says_it_timed_out_in_one_document(gd, team):
     gd.ok("send", "spartan", "-m", "your turn")
     doc = gd.js("--as", "spartan", "wait", "--timeout", "5")
     assert doc["unread"] == 1
+
+
+# --- progress on long work -----------------------------------------------------------
+
+@pytest.fixture
+def long_room(hub, lobby):
+    """A lobby of a few hundred commits."""
+    lobby.register("core/juno", ["lead"])
+    for i in range(300):
+        lobby.set_context("core/juno", f"k{i % 5}", f"value {i}")
+    return lobby
+
+
+BAR = "━"   # what rich draws a bar with
+
+
+def test_verify_shows_a_progress_bar_on_stderr_of_a_terminal(gd, long_room):
+    rc, out, err = on_terminal(gd, "verify")
+    assert rc == 0, (out, err)
+    assert "room lobby: 303 commits re-checked" in out
+    assert "verifying lobby" in err and BAR in err and "303/303" in err, err
+    assert "verifying" not in out and BAR not in out
+    # NO_COLOR: the bar still shows, without styles
+    rc, out, err = on_terminal(gd, "verify", env={"NO_COLOR": "1"})
+    assert rc == 0 and "303/303" in err and "\x1b[3" not in err and "\x1b[9" not in err
+
+
+def test_progress_stays_quiet_for_scripts(gd, long_room, hub):
+    # not a terminal (as in every other test), --json, or stdout a pipe: no bar
+    r = gd.ok("verify")
+    assert r.err == "" and "303 commits" in r.out
+    assert gd.js("verify")["commits"] == 303
+    rc, out, err = on_terminal(gd, "verify", "--json")
+    assert rc == 0 and BAR not in err and "verifying" not in err
+    assert '"commits": 303' in out
+    rc, out, err = on_terminal(gd, "verify", stdout_tty=False)
+    assert rc == 0 and BAR not in err and "303 commits" in out
+    rc, out, err = on_terminal(gd, "reap", stdout_tty=False)
+    assert rc == 0 and BAR not in err and "archived: none" in out
+    rc, out, err = on_terminal(gd, "verify", env={"TERM": "dumb"})
+    assert rc == 0 and BAR not in err
+
+
+def test_reap_shows_a_progress_bar_on_a_terminal(gd, hub):
+    hub.register_team("core", "core/juno")
+    for name in ("a", "b", "c"):
+        hub.create_room("core/juno", name, ["core"])
+        hub.room(name).register("core/juno", ["lead"])
+        hub.archive_room(name, "core/juno")
+    rc, out, err = on_terminal(gd, "reap", "--now", str(hub.clock() + 91 * 86400))
+    assert rc == 0 and "destroyed: a, b, c" in out, (out, err)
+    assert "reaping" in err and "3/3" in err, err

@@ -5,6 +5,7 @@ document with --json), and one way to report a refusal.
 Nothing heavy is imported here: pygit2 comes with the hub, rich only with a table.
 """
 
+import contextlib
 import functools
 import inspect
 import json
@@ -302,6 +303,40 @@ def paint(text: str, colour: str, stream=None) -> str:
     if not colour_on(stream):
         return text
     return f"\033[{COLOURS[colour]}m{text}\033[0m"
+
+
+def progress_on(quiet: bool = False) -> bool:
+    """A progress bar only for a person watching: not with --json, and only when both
+    stdout and stderr are terminals (a pipe or a file means a script, or a log)."""
+    if quiet or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):   # no stream, or a closed one
+        return False
+
+
+@contextlib.contextmanager
+def progress(what: str, total: int | None = None, quiet: bool = False, unit: str = ""):
+    """A progress bar on stderr (rich, imported only when drawn) for work that can take
+    more than a second. Yields `step(done, total=None, what=None)`; the bar is gone
+    when the work is. Quiet (the step does nothing) when progress_on says so.
+    While it is drawn, lines printed go above it."""
+    if not progress_on(quiet):
+        yield lambda done, total=None, what=None: None
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn(unit), TimeElapsedColumn(), console=console(sys.stderr),
+                   transient=True)
+    task = bar.add_task(what, total=total)
+
+    def step(done, total=None, what=None):
+        kw = {k: v for k, v in (("total", total), ("description", what)) if v is not None}
+        bar.update(task, completed=done, **kw)
+    with bar:
+        yield step
 
 
 def ago(ts: int, now: int | None = None) -> str:

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .base import Scope, ago, command, paint, short_id, split_list, sub_app, table
+from .base import Scope, ago, command, paint, progress, short_id, split_list, sub_app, table
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -228,7 +228,8 @@ def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
         show_default=False)] = None):
     """Archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old archives
     (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""
-    r = s.hub.reap(now)
+    with progress("reaping: judging rooms", quiet=s.json, unit="rooms") as step:
+        r = s.hub.reap(now, progress=step)
     s.emit(r, f"archived: {', '.join(r['archived']) or 'none'}; "
               f"destroyed: {', '.join(r['destroyed']) or 'none'}")
 
@@ -238,7 +239,8 @@ def verify(s: Scope, name: RoomArg = None,
            archived: Annotated[bool, typer.Option("--archived", help="An archived room.")] = False):
     """Re-check a whole room from its first commit with the rules (same verdicts as the hook)."""
     room = name or s.room_name
-    ops = s.hub.verify(room, archived=archived)
+    with progress(f"verifying {room}", quiet=s.json, unit="commits") as step:
+        ops = s.hub.verify(room, archived=archived, progress=step)
     s.emit({"room": room, "commits": len(ops), "verified": True,
             "tip": ops[-1][0] if ops else ""},
            f"room {room}: {len(ops)} commits re-checked from the first; every one is accepted")
