@@ -20,7 +20,7 @@ import os
 import zlib
 
 from . import locks, wal
-from .errors import Damaged
+from .wal import damaged, is_oid, read_ref  # noqa: F401 (here since before the log had them)
 from .wal import fsync_path as _fsync_path
 
 METHODS = ("wal", "fsync", "none")
@@ -164,7 +164,7 @@ class Writer:
             # Someone's lock: a live writer's (a lost race), or a dead one's, cleared
             # here once it is old enough (waiting for that, so the next write after
             # a kill goes through). Either way the ref may have moved: build again.
-            locks.clear(self.git_dir, ref)
+            wal.clear_lock(self.git_dir, ref)
             return False
         try:
             if self.current(ref) != expected:
@@ -218,52 +218,3 @@ def method_for(cfg, path: str) -> str:
             get("extensions.objectformat", "sha1") != "sha1" or not wal.supported():
         return "fsync"
     return "wal"
-
-
-def read_ref(git_dir: str, ref: str) -> str:
-    """The ref's value: its loose file, else packed-refs, else "". A value that is
-    no object id raises Damaged (what it holds, and how to put it back)."""
-    try:
-        with open(os.path.join(git_dir, ref), "rb") as f:
-            raw = f.read(100)
-        value = raw.split(b"\n", 1)[0].strip().decode("ascii", "replace")
-        if not is_oid(value):
-            raise damaged(git_dir, ref, raw)
-        return value
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        pass
-    try:
-        with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
-            want = b" " + ref.encode()
-            for line in f:
-                line = line.rstrip(b"\n")
-                if line.endswith(want) and not line.startswith((b"#", b"^")):
-                    value = line[:-len(want)].decode("ascii", "replace")
-                    if not is_oid(value):
-                        raise damaged(git_dir, ref, line, "packed-refs")
-                    return value
-    except FileNotFoundError:
-        pass
-    return ""
-
-
-def is_oid(value: str) -> bool:
-    """A full object id (SHA-1 or SHA-256), as git writes it in a ref."""
-    return len(value) in (40, 64) and not value.strip("0123456789abcdef")
-
-
-def damaged(git_dir: str, ref: str, raw: bytes, where: str = "") -> Damaged:
-    """The error for a ref whose file holds no object id: what it holds, and the
-    value gitdrop last logged for it, to put back with gitdrop repair."""
-    shown = raw[:60].decode("utf-8", "replace").rstrip("\n")
-    what = f"{ref} (in {where})" if where else ref
-    reason = (f"{what} is damaged: it holds {shown!r}, not a commit id" if shown.strip()
-              else f"{what} is damaged: its file is empty")
-    logged = wal.last_logged(git_dir, ref)
-    hub = f"gitdrop --hub {git_dir} repair"
-    if logged:
-        fix = (f"put back {logged}, the last value gitdrop logged for it: {hub} --apply "
-               f"(or see first: {hub})")
-    else:
-        fix = f"see what can be put back: {hub}"
-    return Damaged(reason, fix)

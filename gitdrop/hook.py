@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from . import locks, wal
+from . import wal
 from .catfile import CatFile
 from .errors import GitdropError
 from .verify import check_commits
@@ -29,7 +29,7 @@ def main() -> int:
             # git locks the refs once this hook has said yes; a lock a killed
             # process left would make it refuse: cleared if its owner is dead.
             if os.path.exists(os.path.join(git_dir, ref + ".lock")):
-                locks.clear(git_dir, ref)
+                wal.clear_lock(git_dir, ref)
     except GitdropError as e:   # a refusal, or a damaged hub file (what to do)
         sys.stderr.write(e.render() + "\n")
         return 1

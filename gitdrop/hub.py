@@ -458,7 +458,7 @@ class Hub:
             # a lock whose owner is dead.
             for r in (ref, to) if to else (ref,):
                 if os.path.exists(os.path.join(self.store.path, r + ".lock")):
-                    locks.clear(self.store.path, r)
+                    wal.clear_lock(self.store.path, r)
             time.sleep(0.002)
         raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
 

@@ -90,7 +90,7 @@ def grace(git_dir: str) -> float:
     return value
 
 
-def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -> str:
+def clear(git_dir: str, ref: str, wait: float | None = None, settle=None) -> str:
     """Wait for the lock on `ref` (a ref name, e.g. refs/heads/rooms/x) to go, and
     clear it if its owner is dead. A held lock is waited for until its writer lets
     it go (its write is done: the caller builds again on what it wrote), at most
@@ -101,7 +101,9 @@ def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -
       "held"    a live gitdrop writer still holds it;
       "young"   unheld, still younger than the grace period;
       "cleared" its owner was dead: it is gone.
-    `log`: tell the hub's write-ahead log first (False while replaying it)."""
+    `settle(git_dir, ref, unlink)`, if given, removes a dead lock by calling unlink()
+    once it has told the hub's write-ahead log (gitdrop.wal.settle_dead; none while
+    replaying the log)."""
     lock = os.path.join(git_dir, ref + ".lock")
     limit = grace(git_dir)
     now = time.monotonic()
@@ -109,7 +111,7 @@ def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -
     held_until = now + HELD_WAIT
     delay = 0.0005
     while True:
-        state = _look(git_dir, ref, lock, limit, log)
+        state = _look(git_dir, ref, lock, limit, settle)
         now = time.monotonic()
         if state in ("free", "cleared") or now >= deadline or \
                 (state == "held" and now >= held_until):
@@ -119,7 +121,7 @@ def clear(git_dir: str, ref: str, wait: float | None = None, log: bool = True) -
         delay = min(delay * 2, 0.002 if state == "held" else 0.05)
 
 
-def _look(git_dir: str, ref: str, lock: str, limit: float, log: bool) -> str:
+def _look(git_dir: str, ref: str, lock: str, limit: float, settle) -> str:
     try:
         fd = os.open(lock, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
@@ -143,11 +145,7 @@ def _look(git_dir: str, ref: str, lock: str, limit: float, log: bool) -> str:
                 return False
             os.unlink(lock)
             return True
-        if log:
-            from . import wal   # only now: the dead writer may have logged its write
-            done = wal.settle_dead(git_dir, ref, unlink)
-        else:
-            done = unlink()
+        done = settle(git_dir, ref, unlink) if settle else unlink()
         return "cleared" if done else "free"
     finally:
         os.close(fd)

@@ -9,7 +9,7 @@ import os
 
 import pygit2
 
-from . import durable, locks, model, wal, walkmemo
+from . import durable, model, wal, walkmemo
 from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
 from .errors import NotFound, Refusal
 from .view import CommitData, changes_between, diff_trees  # noqa: F401 (re-export)
@@ -190,7 +190,7 @@ class Store(BaseStore):
             # Locked, most likely: by a live writer (a lost race), or by a dead one,
             # whose lock is cleared once it is old enough (gitdrop.locks).
             if os.path.exists(os.path.join(self.path, ref + ".lock")):
-                locks.clear(self.path, ref)
+                wal.clear_lock(self.path, ref)
             return False
 
     def move_ref(self, old_ref: str, new_ref: str) -> str:

@@ -24,6 +24,8 @@ import sys
 import time
 import zlib
 
+from . import locks
+
 try:
     import fcntl
 except ImportError:   # not POSIX: no log (supported() says so); hubs fsync every file
@@ -615,7 +617,6 @@ def _restore_object(git_dir: str, oid: str, data: bytes) -> None:
 
 def _read_ref(git_dir: str, ref: str) -> str | None:
     """The ref's value, "" if absent, None if its file is damaged."""
-    from .durable import read_ref
     from .errors import Damaged
     try:
         with open(os.path.join(git_dir, ref), "rb") as f:
@@ -666,7 +667,6 @@ def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
         return
     path = os.path.join(git_dir, ref)
     lock = path + ".lock"
-    from . import locks
     deadline = time.monotonic() + 10
     while True:
         fd = locks.take(lock)
@@ -674,7 +674,7 @@ def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
             break
         # A live writer of this boot (a push) holds it a moment; a dead one's is
         # cleared (not through the log: this is the log's replay).
-        if locks.clear(git_dir, ref, log=False) in ("held", "young"):
+        if locks.clear(git_dir, ref) in ("held", "young"):
             if time.monotonic() > deadline:
                 raise OSError(f"{lock} stays locked: cannot replay the log onto {ref}; "
                               "remove the lock if no git process is running, and retry")
@@ -684,6 +684,11 @@ def _restore_ref(git_dir: str, reader, ref: str, old: str, new: str) -> None:
         os.replace(lock, path)
     finally:
         os.close(fd)
+
+
+def clear_lock(git_dir: str, ref: str, wait: float | None = None) -> str:
+    """gitdrop.locks.clear, telling the log before a dead writer's lock goes."""
+    return locks.clear(git_dir, ref, wait, settle=settle_dead)
 
 
 def settle_dead(git_dir: str, ref: str, unlink) -> bool:
@@ -723,3 +728,55 @@ def last_logged(git_dir: str, ref: str) -> str | None:
         return for_hub(git_dir).last_update(ref)
     except (OSError, Damaged):
         return None
+
+
+# --- reading a ref as git wrote it ---------------------------------------------------
+
+def read_ref(git_dir: str, ref: str) -> str:
+    """The ref's value: its loose file, else packed-refs, else "". A value that is
+    no object id raises Damaged (what it holds, and how to put it back)."""
+    try:
+        with open(os.path.join(git_dir, ref), "rb") as f:
+            raw = f.read(100)
+        value = raw.split(b"\n", 1)[0].strip().decode("ascii", "replace")
+        if not is_oid(value):
+            raise damaged(git_dir, ref, raw)
+        return value
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        pass
+    try:
+        with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
+            want = b" " + ref.encode()
+            for line in f:
+                line = line.rstrip(b"\n")
+                if line.endswith(want) and not line.startswith((b"#", b"^")):
+                    value = line[:-len(want)].decode("ascii", "replace")
+                    if not is_oid(value):
+                        raise damaged(git_dir, ref, line, "packed-refs")
+                    return value
+    except FileNotFoundError:
+        pass
+    return ""
+
+
+def is_oid(value: str) -> bool:
+    """A full object id (SHA-1 or SHA-256), as git writes it in a ref."""
+    return len(value) in (40, 64) and not value.strip("0123456789abcdef")
+
+
+def damaged(git_dir: str, ref: str, raw: bytes, where: str = ""):
+    """The error for a ref whose file holds no object id: what it holds, and the
+    value gitdrop last logged for it, to put back with gitdrop repair."""
+    shown = raw[:60].decode("utf-8", "replace").rstrip("\n")
+    what = f"{ref} (in {where})" if where else ref
+    reason = (f"{what} is damaged: it holds {shown!r}, not a commit id" if shown.strip()
+              else f"{what} is damaged: its file is empty")
+    from .errors import Damaged
+    logged = last_logged(git_dir, ref)
+    hub = f"gitdrop --hub {git_dir} repair"
+    if logged:
+        fix = (f"put back {logged}, the last value gitdrop logged for it: {hub} --apply "
+               f"(or see first: {hub})")
+    else:
+        fix = f"see what can be put back: {hub}"
+    return Damaged(reason, fix)

@@ -190,7 +190,7 @@ def put_back(path: str, ref: str, oid: str) -> None:
     lock = full + ".lock"
     fd = locks.take(lock)
     if fd is None:
-        locks.clear(path, ref)
+        wal.clear_lock(path, ref)
         fd = locks.take(lock)
         if fd is None:
             raise Damaged(f"{ref} is locked by a live writer", "run gitdrop repair again")
@@ -259,7 +259,7 @@ def repair(s: Scope,
     # 2. locks: a dead owner's go; a live one's stay
     for name in locks.find(path):
         ref = name[:-len(".lock")]
-        state = locks.clear(path, ref, log=ref != "packed-refs")
+        state = wal.clear_lock(path, ref) if ref != "packed-refs" else locks.clear(path, ref)
         if state == "cleared":
             report["locks_cleared"].append(name)
         elif state in ("held", "young"):
