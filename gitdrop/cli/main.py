@@ -42,6 +42,7 @@ COMMANDS = {
     "wait": ("tools", False, "Live"),
     "serve": ("tools", False, "Live"),
     "token": ("tools", False, "Live"),
+    "http": ("setup", False, "Live"),
     "demo": ("tools", False, "Start"),
 }
 

@@ -1,7 +1,8 @@
 """Serve a hub over smart HTTP: `git http-backend` as CGI behind HTTP Basic auth.
 
-    python -m gitdrop.transports.httpd HUB [--host 127.0.0.1] [--port 8080] [--users FILE]
-    python -m gitdrop.transports.httpd HUB --users FILE --add-user team/name   (prints a new password)
+    gitdrop http [HUB] [--host 127.0.0.1] [--port 8080] [--users FILE]
+    gitdrop http --users FILE --add-user team/name   (prints a new password)
+    python -m gitdrop.transports.httpd HUB ...        (the same without the CLI)
 
 The hub is served at /<its directory name> (http://HOST:PORT/hub.git). Every
 request must authenticate, by a line of the users file (`team/name:sha256:<hex of
@@ -9,20 +10,29 @@ the password>`) or by a gitdrop token of the hub (`gitdrop token`, any user name
 or the token's agent). The agent becomes REMOTE_USER, which the pre-receive hook
 reads: a pushed commit authored by anyone else is refused. --anonymous-read lets
 fetches through without a password; pushes always need one.
+
+It binds 127.0.0.1 unless told otherwise (check_bind): an address other machines
+reach is refused when nobody could log in (no users file and --no-tokens), and
+served with a warning otherwise, since Basic auth sends passwords and tokens in
+clear text (put a TLS proxy in front).
 """
 
 import argparse
 import base64
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from ..errors import GitdropError, NotFound, UsageError
 
 MAX_BODY = 256 * 1024 * 1024
 CHUNK = 64 * 1024
@@ -72,7 +82,7 @@ def add_user(path: str, agent: str) -> str:
     """Append a user with a fresh random password; returns the password."""
     from ..model import is_agent_id
     if not is_agent_id(agent):
-        raise SystemExit(f"gitdrop.transports.httpd: {agent!r} is not an agent id (team/name)")
+        raise UsageError(f"{agent!r} is not an agent id", "give the agent as team/name")
     password = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     with os.fdopen(fd, "a") as f:
@@ -116,7 +126,8 @@ class GitApp:
                  anonymous_read: bool = False):
         self.hub = os.path.realpath(hub)
         if not os.path.exists(os.path.join(self.hub, "HEAD")):
-            raise SystemExit(f"gitdrop.transports.httpd: no hub at {self.hub}")
+            raise NotFound(f"no hub at {self.hub}", "pass the path of a hub (gitdrop init "
+                           "PATH makes one)")
         from .. import wal
         wal.ensure(self.hub)   # after a crash: replay the log before serving it
         self.name = os.path.basename(self.hub)
@@ -244,14 +255,60 @@ class _Handler(WSGIRequestHandler):
             super().log_message(fmt, *args)
 
 
+def is_local(host: str) -> bool:
+    """Whether an address to bind is reachable from this machine only (loopback).
+    A name counts as local when every address it resolves to is loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback
+                               for i in infos)
+
+
+def check_bind(host: str, users: str, tokens: bool, anonymous_read: bool) -> list[str]:
+    """The policy for an address other machines reach: refused (UsageError) when
+    nobody could log in (no users file, --no-tokens): it would serve either nothing or,
+    with --anonymous-read, the whole hub to anyone on the network; otherwise allowed,
+    with warnings for the operator. Loopback: always allowed, no warning."""
+    if is_local(host):
+        return []
+    if not users and not tokens:
+        raise UsageError(f"--host {host} is reachable from other machines and nobody could "
+                         "log in (no --users file, and --no-tokens)",
+                         "add logins (--users FILE, or drop --no-tokens), or bind 127.0.0.1 "
+                         "behind a proxy")
+    warnings = [f"{host} is reachable from other machines, and HTTP Basic sends passwords "
+                "and tokens in clear text: put a TLS proxy (Caddy, nginx) in front, or bind "
+                "127.0.0.1 behind it"]
+    if anonymous_read:
+        warnings.append("--anonymous-read: anyone who reaches this address can clone the hub")
+    return warnings
+
+
+def url_host(host: str) -> str:
+    """The host as it goes in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
           tokens: bool = True, anonymous_read: bool = False, quiet: bool = False):
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
     if not shutil.which("git"):
-        raise SystemExit("gitdrop.transports.httpd: git is not on PATH")
+        raise NotFound("git is not on PATH", "install git")
     app = GitApp(hub, users, tokens, anonymous_read)
     handler = type("Handler", (_Handler,), {"quiet": quiet})
-    return make_server(host, port, app, server_class=Server, handler_class=handler)
+    try:
+        return make_server(host, port, app, server_class=Server, handler_class=handler)
+    except OSError as e:  # in use, not an address of this machine, a privileged port
+        raise UsageError(f"cannot listen on {url_host(host)}:{port}: {e.strerror or e}",
+                         "pick another --port (0: any free one) or --host") from None
 
 
 def main(argv=None) -> int:
@@ -265,18 +322,26 @@ def main(argv=None) -> int:
     p.add_argument("--add-user", metavar="AGENT", help="add AGENT to --users, print its password")
     p.add_argument("--quiet", action="store_true", help="no request log")
     a = p.parse_args(argv)
-    if a.add_user:
-        if not a.users:
-            p.error("--add-user needs --users FILE")
-        print(add_user(a.users, a.add_user))
-        return 0
-    srv = serve(a.hub, a.host, a.port, a.users, not a.no_tokens, a.anonymous_read, a.quiet)
-    print(f"serving {srv.get_app().hub} at http://{a.host}:{srv.server_port}/"
+    if a.add_user and not a.users:
+        p.error("--add-user needs --users FILE")
+    try:
+        if a.add_user:
+            print(add_user(a.users, a.add_user))
+            return 0
+        for warning in check_bind(a.host, a.users, not a.no_tokens, a.anonymous_read):
+            print(f"warning: {warning}", file=sys.stderr)
+        srv = serve(a.hub, a.host, a.port, a.users, not a.no_tokens, a.anonymous_read, a.quiet)
+    except GitdropError as e:
+        print(f"{p.prog}: {e.reason}" + (f" ({e.fix})" if e.fix else ""), file=sys.stderr)
+        return e.exit_code
+    print(f"serving {srv.get_app().hub} at http://{url_host(a.host)}:{srv.server_port}/"
           f"{srv.get_app().name}", flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:
         pass
+    finally:
+        srv.server_close()
     return 0
 
 
