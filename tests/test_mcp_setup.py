@@ -1,15 +1,269 @@
-"""Setting up: `gitdrop http` (the hub over smart HTTP)."""
+"""Setting up: `gitdrop mcp install` / `gitdrop mcp check` (an MCP client's config,
+written into a throwaway HOME and project, checked by starting the server with the
+MCP SDK's client as the client would) and `gitdrop http` (the hub over smart HTTP)."""
 
+import json
 import os
 import stat
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from cli_helpers import ENTRY, Gitdrop
 from conftest import git
 
 from gitdrop import tokens
+from gitdrop.cli import setup
+from gitdrop.mcp import tools as mcp_tools
+
+AGENT_ARGS = ["serve", "--as", "core/spartan", "--tools", "agent"]
+
+
+@pytest.fixture
+def where(tmp_path, hub):
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    hub.room("lobby").register("core/spartan", ["coder"])
+    g = Gitdrop(hub.path, str(home))
+    g.env.pop("CODEX_HOME", None)
+    return g, home, project
+
+
+def config_of(client, home, project):
+    return {"claude-code": project / ".mcp.json", "gemini": project / ".gemini" / "settings.json",
+            "codex": home / ".codex" / "config.toml"}[client]
+
+
+def load(path):
+    if str(path).endswith(".toml"):
+        return tomllib.loads(path.read_text())["mcp_servers"]
+    return json.loads(path.read_text())["mcpServers"]
+
+
+def assert_entry(entry, hub_path, args=AGENT_ARGS):
+    """The command is this install's gitdrop by an absolute path (a venv is not on
+    the client's PATH), or its python with -m gitdrop."""
+    command = entry["command"]
+    assert os.path.isabs(command) and os.access(command, os.X_OK), command
+    prefix = ["-m", "gitdrop"] if entry["args"][:2] == ["-m", "gitdrop"] else []
+    assert os.path.basename(command).startswith("python" if prefix else "gitdrop"), command
+    assert entry["args"] == prefix + args
+    assert entry["env"] == {"GITDROP_HUB": hub_path, "GITDROP_ROOM": "lobby"}
+
+
+@pytest.mark.parametrize("client", ["claude-code", "gemini", "codex"])
+def test_install_writes_the_client_config_and_starts_the_server(where, hub, client):
+    g, home, project = where
+    r = g("mcp", "install", "--client", client, "--as", "spartan", cwd=project)
+    assert r.rc == 0, r
+    assert "lists 17 tools (agent profile)" in r.err  # the server really answered
+    path = config_of(client, home, project)
+    entry = load(path)["gitdrop"]
+    assert_entry(entry, hub.path)  # a short name is written as the full one
+    assert entry.get("timeout") == (30000 if client == "gemini" else None)
+    assert str(path) in r.out and "next:" in r.out
+    # the entry agrees with the template's shape
+    template = os.path.join(os.path.dirname(os.path.dirname(__file__)), "templates",
+                            {"claude-code": "claude-code.mcp.json", "gemini": "gemini-settings.json",
+                             "codex": "codex-config.toml"}[client])
+    with open(template, "rb") as f:
+        shape = tomllib.load(f)["mcp_servers"] if client == "codex" else json.load(f)["mcpServers"]
+    assert set(shape["gitdrop"]) == set(entry)
+    # check: starts what the file says, as the client would
+    doc = g.js("mcp", "check", "--client", client, cwd=project)
+    assert doc["check"] == {"ok": True, "tools": 17} and doc["path"] == str(path)
+    assert doc["tools"] == mcp_tools.tools_for("agent")
+
+
+def test_install_keeps_the_other_servers_and_settings(where, hub):
+    g, home, project = where
+    mcp_json = project / ".mcp.json"
+    other = {"command": "npx", "args": ["-y", "other-server"], "env": {"K": "v"}}
+    mcp_json.write_text(json.dumps({"mcpServers": {"other": other,
+                                                   "gitdrop": {"command": "gitdrop"}}}))
+    doc = g.js("mcp", "install", "--client", "claude-code", "--as", "core/spartan", "--no-check",
+               cwd=project)
+    assert doc["written"] and doc["replaced"] and doc["others"] == ["other"]
+    servers = load(mcp_json)
+    assert servers["other"] == other and set(servers) == {"other", "gitdrop"}
+    assert_entry(servers["gitdrop"], hub.path)
+
+    # Claude Code's user config holds much else, privately
+    user = home / ".claude.json"
+    rest = {"numStartups": 7, "projects": {str(project): {"mcpServers": {"p": other}}},
+            "mcpServers": {"u": other}}
+    user.write_text(json.dumps(rest))
+    user.chmod(0o600)
+    g.ok("mcp", "install", "--client", "claude-code", "--scope", "user", "--as", "core/spartan",
+         "--tools", "lead", "--no-check", cwd=project)
+    after = json.loads(user.read_text())
+    assert after["numStartups"] == 7 and after["projects"] == rest["projects"]
+    assert after["mcpServers"]["u"] == other
+    assert_entry(after["mcpServers"]["gitdrop"], hub.path, AGENT_ARGS[:3] + ["--tools", "lead"])
+    assert stat.S_IMODE(user.stat().st_mode) == 0o600
+
+    gemini = project / ".gemini" / "settings.json"
+    gemini.parent.mkdir()
+    gemini.write_text(json.dumps({"theme": "GitHub", "mcpServers": {"other": other}}))
+    g.ok("mcp", "install", "--client", "gemini", "--as", "core/spartan", "--no-check", cwd=project)
+    settings = json.loads(gemini.read_text())
+    assert settings["theme"] == "GitHub" and settings["mcpServers"]["other"] == other
+    assert settings["mcpServers"]["gitdrop"]["timeout"] == 30000
+
+
+CODEX_BEFORE = '''# my Codex settings
+model = "o3"   # the default model
+
+[mcp_servers.other]
+command = "npx"
+args = ["-y", "other-server"]
+
+[mcp_servers.gitdrop]
+command = "gitdrop"
+args = ["serve", "--as", "core/old"]
+
+[mcp_servers.gitdrop.env]
+GITDROP_HUB = "/old/hub.git"
+
+# profiles stay as they are
+[profiles.fast]
+model = "o4-mini"
+'''
+
+
+def test_install_into_a_codex_config_edits_only_its_table(where, hub):
+    g, home, _project = where
+    config = home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(CODEX_BEFORE)
+    doc = g.js("mcp", "install", "--client", "codex", "--as", "core/spartan", "--no-check")
+    assert doc["path"] == str(config) and doc["replaced"] and doc["others"] == ["other"]
+    text = config.read_text()
+    for kept in ("# my Codex settings\nmodel = \"o3\"   # the default model\n",
+                 '[mcp_servers.other]\ncommand = "npx"\nargs = ["-y", "other-server"]\n',
+                 '# profiles stay as they are\n[profiles.fast]\nmodel = "o4-mini"\n'):
+        assert kept in text  # byte for byte, comments included
+    assert "core/old" not in text and "/old/hub.git" not in text
+    after = tomllib.loads(text)
+    before = tomllib.loads(CODEX_BEFORE)
+    assert after["model"] == "o3" and after["profiles"] == before["profiles"]
+    assert after["mcp_servers"]["other"] == before["mcp_servers"]["other"]
+    assert_entry(after["mcp_servers"]["gitdrop"], hub.path)
+    # again: the same file (the entry is replaced, not added twice)
+    g.ok("mcp", "install", "--client", "codex", "--as", "core/spartan", "--no-check")
+    assert config.read_text() == text
+
+    # CODEX_HOME moves the user config; --scope project writes the project's
+    codex_home = home / "elsewhere"
+    g.ok("mcp", "install", "--client", "codex", "--no-check", env={"CODEX_HOME": str(codex_home)})
+    assert load(codex_home / "config.toml")["gitdrop"]["args"][-3:] == ["serve", "--tools", "agent"]
+
+
+@pytest.mark.parametrize("client,name,text", [
+    ("claude-code", ".mcp.json", '{"mcpServers": {"other": {"command": "x"},}'),
+    ("claude-code", ".mcp.json", '["not", "an", "object"]'),
+    ("gemini", ".gemini/settings.json", '{\n  // a comment\n  "theme": "GitHub"\n}'),
+    ("codex", ".codex/config.toml", 'model = "o3"\n[mcp_servers.other\ncommand = "x"\n'),
+    ("codex", ".codex/config.toml",  # an entry this command does not rewrite
+     'mcp_servers = { gitdrop = { command = "gitdrop" } }\n'),
+])
+def test_a_config_that_does_not_parse_is_left_alone(where, client, name, text):
+    g, home, project = where
+    path = (home if client == "codex" else project) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    doc = g.refused(3, "client-config", "mcp", "install", "--client", client, "--as",
+                    "core/spartan", cwd=project)
+    assert str(path) in doc["reason"] and "by hand" in doc["fix"]
+    assert path.read_text() == text
+    assert sorted(os.listdir(path.parent)) == [os.path.basename(name)]  # no stray temp file
+
+
+def test_a_bad_hub_or_room_is_exit_4_and_nothing_is_written(where, tmp_path):
+    g, home, project = where
+    for client in ("claude-code", "gemini", "codex"):
+        r = g("mcp", "install", "--client", client, "--hub", str(tmp_path / "nohub.git"),
+              cwd=project)
+        assert r.rc == 4 and "no such hub" in r.err and "gitdrop init" in r.err, r
+        r = g("mcp", "install", "--client", client, "--room", "nowhere", cwd=project)
+        assert r.rc == 4 and "nowhere" in r.err, r
+    assert os.listdir(project) == [] and os.listdir(home) == []
+
+
+def test_print_shows_the_entry_and_writes_nothing(where, hub):
+    g, home, project = where
+    r = g.ok("mcp", "install", "--client", "codex", "--as", "core/spartan", "--print",
+             cwd=project)
+    assert_entry(tomllib.loads(r.out)["mcp_servers"]["gitdrop"], hub.path)
+    assert "nothing written" in r.err and "lists" not in r.err  # nothing started either
+    r = g.ok("mcp", "install", "--client", "gemini", "--as", "core/spartan", "--print",
+             cwd=project)
+    assert_entry(json.loads(r.out)["mcpServers"]["gitdrop"], hub.path)
+    assert os.listdir(project) == [] and os.listdir(home) == []
+
+
+def test_the_check_starts_exactly_the_entry_and_reports_a_failure(where, hub, tmp_path,
+                                                                  monkeypatch, capsys):
+    """In-process, with the command swapped for a wrapper that records how it was
+    started: the check runs the entry's command, args and env; when the server fails
+    its stderr is reported and nothing is written."""
+    from gitdrop.cli.main import main
+    _g, home, project = where
+    log = tmp_path / "started"
+    wrapper = tmp_path / "gitdrop-wrapper"
+    real = ENTRY
+    wrapper.write_text("#!/bin/sh\n"
+                       f'echo "$* | $GITDROP_HUB | $GITDROP_ROOM | $(pwd)" >> {log}\n'
+                       f'exec {" ".join(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(setup, "server_command", lambda: [str(wrapper)])
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("GITDROP_AGENT", "GITDROP_ROOM", "GITDROP_HUB"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args):
+        with pytest.raises(SystemExit) as done:
+            main(["--hub", hub.path, "mcp", "install", "--project", str(project), *args])
+        return done.value.code, capsys.readouterr()
+
+    code, out = run("--client", "claude-code", "--as", "core/spartan", "--tools", "lead")
+    assert code == 0, out
+    assert "lists 36 tools (lead profile)" in out.err
+    assert log.read_text() == f"serve --as core/spartan --tools lead | {hub.path} | lobby | " \
+                              f"{project}\n"
+    assert load(project / ".mcp.json")["gitdrop"]["command"] == str(wrapper)
+
+    wrapper.write_text("#!/bin/sh\necho 'gitdrop: the wrapper refuses to start' >&2\nexit 3\n")
+    code, out = run("--client", "gemini", "--as", "core/spartan")
+    assert code == 1, out
+    assert "did not start as the client would start it" in out.err
+    assert "the wrapper refuses to start" in out.err and "fix what its stderr says" in out.err
+    assert not (project / ".gemini").exists()
+
+
+def test_check_says_what_is_missing(where):
+    g, _home, project = where
+    r = g("mcp", "check", "--client", "claude-code", cwd=project)
+    assert r.rc == 4 and "no Claude Code config" in r.err, r
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
+    r = g("mcp", "check", "--client", "claude-code", cwd=project)
+    assert r.rc == 4 and "no MCP server named 'gitdrop'" in r.err, r
+    r = g("mcp", "check", "--client", "claude-code", "--name", "other", cwd=project)
+    assert r.rc == 1 and "FileNotFoundError" in r.err and "run it by hand" in r.err, r
+
+
+def test_toml_merge_appends_and_refuses_what_it_cannot_place():
+    entry = {"command": "/v/bin/gitdrop", "args": ["serve"], "env": {"GITDROP_HUB": "/h"}}
+    new, old = setup.merge_toml("c.toml", "", "gitdrop", entry)
+    assert old == {} and tomllib.loads(new) == {"mcp_servers": {"gitdrop": entry}}
+    text = 'a = 1\n[mcp_servers]\n[mcp_servers.gitdrop-2]\ncommand = "x"'  # no final newline
+    new, _ = setup.merge_toml("c.toml", text, "gitdrop", entry)
+    assert new.startswith(text + "\n") and tomllib.loads(new)["mcp_servers"]["gitdrop"] == entry
+    dotted = '[mcp_servers]\ngitdrop.command = "x"\n'
+    with pytest.raises(Exception, match="does not edit"):
+        setup.merge_toml("c.toml", dotted, "gitdrop", entry)
 
 
 def test_the_gitdrop_http_command_serves_a_clone_to_a_login(hub, tmp_path):

@@ -44,6 +44,7 @@ COMMANDS = {
     "token": ("tools", False, "Live"),
     "http": ("setup", False, "Live"),
     "demo": ("tools", False, "Start"),
+    "mcp": ("setup", True, "Start"),
 }
 
 
