@@ -7,6 +7,7 @@ import re
 import pytest
 
 from cli_helpers import Gitdrop
+from gitdrop.cli.demo import STEPS
 from gitdrop.cli.main import COMMANDS
 
 GROUPS = {"task": ("create", "list", "show", "assign", "start", "sign"),
@@ -211,3 +212,13 @@ def test_reap_shows_a_progress_bar_on_a_terminal(gd, hub):
     rc, out, err = on_terminal(gd, "reap", "--now", str(hub.clock() + 91 * 86400))
     assert rc == 0 and "destroyed: a, b, c" in out, (out, err)
     assert "reaping" in err and "3/3" in err, err
+
+
+def test_the_demo_narrates_on_stdout_under_a_bar_on_stderr(gd):
+    rc, out, err = on_terminal(gd, "demo", cols=160)
+    assert rc == 0, (out, err)
+    assert "steps went as expected" in out and "\x1b[32m✔" in out   # colour: a terminal
+    assert "demo" in err and BAR in err and f"/{STEPS}" in err
+    assert "went as expected" not in err and BAR not in out
+    rc, out, err = on_terminal(gd, "demo", stdout_tty=False)
+    assert rc == 0 and BAR not in err and "\x1b[" not in out

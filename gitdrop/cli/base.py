@@ -152,6 +152,7 @@ class Scope:
 
     def __init__(self, hub=None, room=None, agent=None, as_json=False):
         self.hub_value = hub or os.environ.get("GITDROP_HUB") or ""
+        self.hub_option = hub or ""   # --hub as given, without the environment's
         self.room_name = room or os.environ.get("GITDROP_ROOM") or "lobby"
         self.agent_value = agent or os.environ.get("GITDROP_AGENT") or ""
         self.json = as_json
@@ -232,6 +233,7 @@ def merged(ctx, **given) -> Scope:
     top = top if isinstance(top, Scope) else Scope()
     s = Scope(given.get("hub") or top.hub_value, given.get("room") or top.room_name,
               given.get("as_") or top.agent_value, bool(given.get("json_")) or top.json)
+    s.hub_option = given.get("hub") or top.hub_option
     return s
 
 
@@ -316,27 +318,54 @@ def progress_on(quiet: bool = False) -> bool:
         return False
 
 
+class Bar:
+    """What progress() yields. Call it as step(done, total=None, what=None) as work
+    goes; echo(text) prints a line on stdout above the bar (or just prints it)."""
+
+    def __init__(self, bar=None):
+        self.bar, self.last = bar, 0.0
+
+    def __call__(self, done: int, total: int | None = None, what: str | None = None) -> None:
+        if self.bar is None:
+            return
+        import time
+        task = self.bar.tasks[0]
+        self.bar.update(task.id, completed=done, **{k: v for k, v in (
+            ("total", total), ("description", what)) if v is not None})
+        now = time.monotonic()
+        if now - self.last >= 0.1 or done == task.total:   # at most 10 frames a second
+            self.last = now
+            self.bar.refresh()
+
+    def echo(self, text: str = "") -> None:
+        if self.bar is None:
+            print(text)
+            return
+        sys.stderr.write("\r\033[2K")   # the bar's line goes, the text takes it, the bar
+        sys.stderr.flush()              # comes back below: stdout stays stdout
+        print(text, flush=True)
+        self.bar.refresh()
+
+
 @contextlib.contextmanager
 def progress(what: str, total: int | None = None, quiet: bool = False, unit: str = ""):
-    """A progress bar on stderr (rich, imported only when drawn) for work that can take
-    more than a second. Yields `step(done, total=None, what=None)`; the bar is gone
-    when the work is. Quiet (the step does nothing) when progress_on says so.
-    While it is drawn, lines printed go above it."""
+    """A one-line progress bar on stderr (rich, imported only when drawn) for work that
+    can take more than a second; yields a Bar. Quiet (the Bar draws nothing) when
+    progress_on says so; the bar is gone when the work is."""
     if not progress_on(quiet):
-        yield lambda done, total=None, what=None: None
+        yield Bar()
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
+    # Redrawn only by Bar (no refresh thread, no redirection of stdout into the
+    # console on stderr), so a line printed by echo never lands in the middle of it.
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn(unit), TimeElapsedColumn(), console=console(sys.stderr),
-                   transient=True)
-    task = bar.add_task(what, total=total)
-
-    def step(done, total=None, what=None):
-        kw = {k: v for k, v in (("total", total), ("description", what)) if v is not None}
-        bar.update(task, completed=done, **kw)
+                   transient=True, auto_refresh=False, redirect_stdout=False,
+                   redirect_stderr=False)
+    bar.add_task(what, total=total)
     with bar:
-        yield step
+        yield Bar(bar)
 
 
 def ago(ts: int, now: int | None = None) -> str:

@@ -69,10 +69,18 @@ def token(s: Scope, agent: Annotated[str, typer.Argument(help="The agent (team/n
 @command(app, "demo")
 def demo(s: Scope, keep: Annotated[bool, typer.Option(
         "--keep", help="Keep the throwaway hub and print where it is.")] = False):
-    """Play a small team through the protocol on a throwaway hub, narrating each step."""
-    from .demo import run
-    steps = run(keep=keep, narrate=not s.json)
-    failed = [st for st in steps if not st["ok"]]
-    s.emit({"steps": steps, "failed": len(failed)})
+    """Play two teams through the protocol on a throwaway hub, narrating each step.
+
+    With --hub PATH (a new or empty directory) the demo hub is built there and kept."""
+    from .base import progress
+    from .demo import STEPS, run, where
+    if s.hub_option:
+        where(s.hub_option)   # refused before anything runs
+    with progress("demo", STEPS, quiet=s.json, unit="steps") as step:
+        r = run(keep=keep, narrate=not s.json, out=step.echo, hub=s.hub_option,
+                progress=step)
+    failed = [st for st in r["steps"] if not st["ok"]]
+    s.emit({"steps": r["steps"], "failed": len(failed), "hub": r["hub"] if r["kept"] else "",
+            "kept": r["kept"]})
     if failed:
         raise typer.Exit(1)
