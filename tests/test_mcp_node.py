@@ -14,10 +14,13 @@ from mcp_helpers import ROOT, http_server
 from gitdrop.mcp import tools as mcp_tools
 
 NODE_DIR = os.path.join(ROOT, "tests", "node")
+SDK = os.path.join(NODE_DIR, "node_modules", "@modelcontextprotocol", "sdk")
+INSTALL = "cd tests/node && npm ci (what .ci/setup.d/20-node.sh runs)"
 pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None or
-    not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@modelcontextprotocol", "sdk")),
-    reason="node or tests/node/node_modules missing (run .ci/setup.d/20-node.sh)")
+    shutil.which("node") is None or not os.path.isdir(SDK),
+    reason=f"Node.js is not installed (no node on PATH); then install the SDK: {INSTALL}"
+    if shutil.which("node") is None else
+    f"the TypeScript SDK is not in tests/node/node_modules; install it: {INSTALL}")
 
 
 def run_node(*args) -> dict:
