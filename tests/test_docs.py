@@ -14,8 +14,9 @@ command or an option that does not exist.
 
 Beyond the blocks, every `gitdrop ...` the pages show, in a code span of the text, in a
 table or in a synopsis (`gitdrop wait [--timeout S]`), must name commands that exist and
-options those commands take; and every file of the repository, Python name and git
-setting (`gitdrop.idleArchiveDays`) the pages name must be there."""
+options those commands take (but for a command shown with `# exit 2`, a usage error on
+purpose); and every file of the repository, Python name and git setting
+(`gitdrop.idleArchiveDays`) the pages name must be there."""
 
 import concurrent.futures
 import glob
@@ -211,6 +212,8 @@ def shown_commands() -> list[tuple[str, list[str]]]:
             if lang in ("toml", "json", "markdown", "python"):
                 continue
             for n, ln in enumerate(body.splitlines()):
+                if lang == "sh" and re.search(r"#\s*exit 2\b", ln):
+                    continue   # a usage error on purpose, run as such where it runs
                 for words in invocations(ln):
                     out.append((f"{page}:{line + 1 + n}", words))
         prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
