@@ -222,3 +222,34 @@ def test_the_demo_narrates_on_stdout_under_a_bar_on_stderr(gd):
     assert "went as expected" not in err and BAR not in out
     rc, out, err = on_terminal(gd, "demo", stdout_tty=False)
     assert rc == 0 and BAR not in err and "\x1b[" not in out
+
+
+def test_work_that_cannot_count_shows_a_bar_only_when_it_runs_long(gd, long_room):
+    # history reads back until it has its messages: on a small room it is done long
+    # before its bar would come, so none is drawn
+    rc, out, err = on_terminal(gd, "history", "--task", "1")
+    assert rc == 0 and "no messages about task 1 in lobby" in out
+    assert BAR not in err and "history" not in err, err
+
+
+def test_a_delayed_bar_comes_only_if_the_work_outlasts_the_delay(monkeypatch):
+    import io
+    import sys
+    import time
+    from gitdrop.cli.base import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    out, err = Tty(), Tty()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    with progress("quick work", after=0.5):
+        pass
+    assert err.getvalue() == ""
+    with progress("slow work", after=0.05):
+        time.sleep(0.4)
+    assert "slow work" in err.getvalue() and BAR in err.getvalue()
+    assert out.getvalue() == ""

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .base import Scope, ago, command, paint, short_id, split_list, table
+from .base import Scope, ago, command, paint, progress, short_id, split_list, table
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -170,7 +170,9 @@ def history(s: Scope,
             n: Annotated[int, typer.Option("-n", help="How many messages.")] = 10,
             task: Annotated[str, typer.Option("--task", help="Only about this task.")] = ""):
     """The room's last N messages, oldest first (marks nothing read)."""
-    msgs = s.room.history(n, task)
+    # a long room with few messages (or few about the task) is read back a long way
+    with progress(f"reading {s.room_name}'s history", quiet=s.json, after=0.3):
+        msgs = s.room.history(n, task)
 
     def show():
         if not msgs:

@@ -348,24 +348,50 @@ class Bar:
 
 
 @contextlib.contextmanager
-def progress(what: str, total: int | None = None, quiet: bool = False, unit: str = ""):
+def progress(what: str, total: int | None = None, quiet: bool = False, unit: str = "",
+             after: float = 0.0):
     """A one-line progress bar on stderr (rich, imported only when drawn) for work that
     can take more than a second; yields a Bar. Quiet (the Bar draws nothing) when
-    progress_on says so; the bar is gone when the work is."""
+    progress_on says so; the bar is gone when the work is.
+
+    With `after`, for work that cannot count its steps (no total, no unit): the bar
+    comes only if the work still runs after that many seconds, and rich's thread
+    animates it (then do not echo)."""
     if not progress_on(quiet):
         yield Bar()
         return
+    import threading
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
-    # Redrawn only by Bar (no refresh thread, no redirection of stdout into the
-    # console on stderr), so a line printed by echo never lands in the middle of it.
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn(unit), TimeElapsedColumn(), console=console(sys.stderr),
-                   transient=True, auto_refresh=False, redirect_stdout=False,
-                   redirect_stderr=False)
+    counts = [MofNCompleteColumn(), TextColumn(unit)] if total is not None or unit else []
+    # Without `after`, redrawn only by Bar (no refresh thread, no redirection of stdout
+    # into the console on stderr), so a line printed by echo never lands inside it.
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), *counts,
+                   TimeElapsedColumn(), console=console(sys.stderr), transient=True,
+                   auto_refresh=after > 0, redirect_stdout=False, redirect_stderr=False)
     bar.add_task(what, total=total)
-    with bar:
+    if not after:
+        with bar:
+            yield Bar(bar)
+        return
+    lock, state = threading.Lock(), {"done": False, "shown": False}
+
+    def show():
+        with lock:
+            if not state["done"]:
+                bar.start()
+                state["shown"] = True
+    timer = threading.Timer(after, show)
+    timer.daemon = True
+    timer.start()
+    try:
         yield Bar(bar)
+    finally:
+        with lock:
+            state["done"] = True
+            timer.cancel()
+            if state["shown"]:
+                bar.stop()
 
 
 def ago(ts: int, now: int | None = None) -> str:
