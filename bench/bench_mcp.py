@@ -286,7 +286,7 @@ def main() -> None:
                 base = core_baseline(path, a.rounds)
                 report("core in-process", base)
                 report(label, run(), base)
-    print("\nreference system: send 8.3 ms over stdio; target here: median under 3 ms over stdio")
+    print("\ntarget: a median round trip under 3 ms over stdio")
     for d in MADE:
         common.leave(d)
 

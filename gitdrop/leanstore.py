@@ -2,7 +2,7 @@
 (loose files directly, packed ones through `git cat-file --batch`) and written by
 durable.Writer, refs moved with git's own lock-file compare-and-swap.
 
-Importing pygit2 costs more than a whole short command (FACTS: ~80 ms, ~150 ms on
+Importing pygit2 costs more than a whole short command (measured: ~80 ms, ~150 ms on
 a slow machine), so the command line runs a room's verbs on this store. The write
 loop, the rules and the durability are the same as through store.Store: the two
 exclude each other through the same ref locks and write the same bytes.

@@ -106,7 +106,7 @@ def test_all_37_tools_with_the_compat_parameters(hub):
     params = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
     assert len(params) == 37
     assert {"settings", "room_name"} <= params["room_settings"]
-    # the names agents' prompts already use (shared/COMPAT.md)
+    # the names agents' prompts already use with other MCP servers
     assert {"agent_name", "role", "description", "team", "token"} <= params["register"]
     assert {"from_agent", "to_agent", "message", "cc", "task_id", "reply_to"} <= params["send"]
     assert {"agent_name", "task_id", "status", "assigned_to", "result"} <= params["update_task"]

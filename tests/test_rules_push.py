@@ -338,7 +338,7 @@ def test_a_late_claim_by_push_is_told_who_won(hub, team, clone):
 
 
 def test_the_hook_imports_stay_light():
-    """The hook starts on every push: it must not pay for pygit2 (FACTS: ~100 ms),
+    """The hook starts on every push: it must not pay for pygit2 (~100 ms),
     nor for modules only a crash replay needs (hashlib: OpenSSL) or contextlib."""
     import subprocess
     import sys
