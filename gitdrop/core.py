@@ -10,6 +10,7 @@ from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
 IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
+LEASE_TTL = 1800           # seconds a path lease runs unless told (gitdrop lease take --ttl)
 
 
 def default_hub() -> str:
@@ -646,6 +647,62 @@ class Room:
                 raise NotFound(f"no context {key!r}", "gitdrop context get (lists the keys)")
             return {key: v.rstrip("\n")}
         return {k: (view.context(k) or "").rstrip("\n") for k in view.context_keys()}
+
+    # --- path leases on the work repository -----------------------------------
+    def take_lease(self, agent: str, glob: str, shared: bool = False,
+                   ttl: int = LEASE_TTL) -> dict:
+        """Reserve `glob` of the work repository for `ttl` seconds (refused, naming
+        the holder, where another agent's live lease conflicts)."""
+        agent = self.resolve(agent)
+        problem = model.glob_problem(glob)
+        if problem:
+            raise UsageError(f"bad lease glob {str(glob)[:60]!r}: {problem}",
+                             "give a path of the work repository, e.g. 'src/api/**'")
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0:
+            raise UsageError(f"bad ttl {ttl!r}", "give a time to live such as 30m, 2h or 600")
+        import secrets
+        lid = secrets.token_hex(4)
+        mode = "shared" if shared else "exclusive"
+
+        def build(view, tip):
+            now = self.clock()
+            lease = model.with_defaults("lease", {"id": lid, "holder": agent, "glob": glob,
+                                                  "mode": mode, "until": now + ttl,
+                                                  "taken": now})
+            return ({model.lease_path(lid): render_file("lease", lease)},
+                    self._msg(f"lease {lid} on {glob} ({mode}) taken by {model.short(agent)}",
+                              "", "lease-take", lease=lid), dict(lease))
+        return self._write(agent, build)
+
+    def release_lease(self, agent: str, which: str) -> dict:
+        """Release a lease by its id, or the author's live leases on exactly this glob."""
+        agent = self.resolve(agent)
+
+        def build(view, tip):
+            leases = view.leases()
+            hit = [x for x in leases if x["id"] == which] or \
+                [x for x in leases if x["glob"] == which and x["holder"] == agent]
+            if not hit:
+                raise NotFound(f"no lease {which!r} in room {self.name!r}",
+                               "gitdrop lease list shows the leases and their ids")
+            if len(hit) > 1:
+                raise Ambiguous(f"{len(hit)} of your leases are on {which!r}",
+                                "release one by its id (gitdrop lease list)")
+            lease = hit[0]
+            return ({model.lease_path(lease["id"]): None},
+                    self._msg(f"lease {lease['id']} on {lease['glob']} released by "
+                              f"{model.short(agent)}", "", "lease-release", lease=lease["id"]),
+                    dict(lease))
+        return self._write(agent, build)
+
+    def leases(self, live: bool = True) -> list[dict]:
+        """The room's leases (only those not expired by this clock, unless live=False),
+        each with `live` and `left` (seconds to go)."""
+        now = self.clock()
+        out = [dict(x, live=x["until"] > now, left=max(0, x["until"] - now))
+               for x in self.view().leases()]
+        return sorted((x for x in out if x["live"] or not live),
+                      key=lambda x: (x["glob"], x["id"]))
 
     # --- the room itself -------------------------------------------------------
     def update_room(self, agent: str, op: str, subject: str, **fields) -> dict:

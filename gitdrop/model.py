@@ -67,6 +67,7 @@ DEFAULT_SETTINGS = {
     "max_tags": 16,
     "max_retries": 3,        # default for new tasks
     "clock_skew": 30,        # seconds a pushed commit may be dated off the hub clock (below loop_window)
+    "max_lease_ttl": 86400,  # seconds a path lease may run (gitdrop lease take --ttl)
 }
 
 
@@ -135,6 +136,10 @@ def context_path(key: str) -> str:
     return f"context/{key}.md"
 
 
+def lease_path(lid: str) -> str:
+    return f"leases/{lid}.toml"
+
+
 def kind_of(path: str) -> tuple[str, str]:
     """Which entity a path in a room's tree holds: (kind, key) or ("", "")."""
     if path == ROOM_FILE:
@@ -144,6 +149,9 @@ def kind_of(path: str) -> tuple[str, str]:
         team, name = parts[1], parts[2][:-5]
         if is_name(team) and is_name(name):
             return "agent", f"{team}/{name}"
+    if len(parts) == 2 and parts[0] == "leases" and parts[1].endswith(".toml") \
+            and KEY_RE.match(parts[1][:-5]):
+        return "lease", parts[1][:-5]
     if len(parts) == 2 and parts[1].endswith(".md"):
         key = parts[1][:-3]
         if parts[0] == "tasks" and KEY_RE.match(key):
@@ -216,8 +224,53 @@ ROOM_FIELDS = {
     "name": "", "created": 0, "open": False, "teams": [], "pinned": False,
     "leads": {}, "settings": {},
 }
+# A path lease on the work repository: `glob` reserved by `holder` until `until`
+# (unix seconds, judged by the hub's clock); mode "exclusive" or "shared".
+LEASE_FIELDS = {"id": "", "holder": "", "glob": "", "mode": "exclusive", "until": 0, "taken": 0}
+LEASE_MODES = ("exclusive", "shared")
 FIELDS = {"task": TASK_FIELDS, "agent": AGENT_FIELDS, "handshake": HANDSHAKE_FIELDS,
-          "contract": CONTRACT_FIELDS, "room": ROOM_FIELDS}
+          "contract": CONTRACT_FIELDS, "room": ROOM_FIELDS, "lease": LEASE_FIELDS}
+
+
+GLOB_WILD = "*?["
+
+
+def glob_problem(glob) -> str:
+    """What is wrong with a lease's glob ("" if nothing): a relative path of the
+    work repository, '/'-separated, where '**' spans directories and '*', '?'
+    match within one name."""
+    if not isinstance(glob, str) or not glob.strip():
+        return "it is empty"
+    if len(glob) > 300:
+        return "it is longer than 300 characters"
+    if glob.startswith("/") or glob != glob.strip():
+        return "it must be a relative path without surrounding blanks"
+    if any(part in ("", ".", "..") for part in glob.split("/")):
+        return "it has an empty, '.' or '..' part"
+    if any(ch < " " or ch == "\x7f" for ch in glob):
+        return "it contains a control character"
+    return ""
+
+
+def glob_prefix(glob: str) -> str:
+    """The literal start of a glob: every path it covers starts with it."""
+    for i, ch in enumerate(glob):
+        if ch in GLOB_WILD:
+            return glob[:i]
+    return glob
+
+
+def globs_overlap(a: str, b: str) -> bool:
+    """Could some path be covered by both globs? Conservative: never says no when
+    the answer is yes. A glob without wildcards covers that path and everything
+    under it, so two such overlap when one is the other or an ancestor directory
+    of it. Otherwise they overlap when the literal start (up to the first '*',
+    '?' or '[') of one is a prefix of the other's: a path matching both starts
+    with both. ('src/*.py' and 'src/x.js' are thus said to overlap.)"""
+    pa, pb = glob_prefix(a), glob_prefix(b)
+    if pa == a and pb == b:
+        return a == b or b.startswith(a + "/") or a.startswith(b + "/")
+    return pa.startswith(pb) or pb.startswith(pa)
 
 
 def check_fields(kind: str, data: dict) -> str:

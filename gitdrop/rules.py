@@ -94,6 +94,8 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
             _refuse("contract-owner", c, f"contract {ch.key} cannot be deleted",
                     "declare a new version instead")
         return "contract-declare"
+    if ch.kind == "lease":
+        return "lease-release" if ch.new is None else "lease-take"
     return "context-set"
 
 
@@ -768,6 +770,86 @@ def _check_context(before, c, changes, ctx, op):
     _only(c, changes, "context")
 
 
+# --- path leases on the work repository -------------------------------------
+
+def when_utc(t: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
+def lease_conflict(view: RoomView, lease: dict, now: int) -> dict | None:
+    """A live lease of another agent that `lease` may not coexist with: overlapping
+    globs where either is exclusive. Expired leases (until <= now) do not count."""
+    for other in view.leases():
+        if other["id"] == lease["id"] or other["holder"] == lease["holder"] \
+                or other["until"] <= now:
+            continue
+        if "exclusive" not in (lease["mode"], other["mode"]):
+            continue
+        if model.globs_overlap(lease["glob"], other["glob"]):
+            return other
+    return None
+
+
+def _check_lease_take(before, c, changes, ctx, op):
+    ch = _only(c, changes, "lease")
+    if ch.new is None:
+        _refuse("one-operation", c, f"lease-take must write leases/{ch.key}.toml",
+                "release a lease with lease-release")
+    new = _doc(c, ch, "new")[0]
+    if new["id"] != ch.key or new["holder"] != c.author:
+        _refuse("format", c, "a lease's id must match its file name and its holder the author",
+                f"set id = \"{ch.key}\", holder = \"{c.author}\"")
+    if new["mode"] not in model.LEASE_MODES:
+        _refuse("format", c, f"lease mode {new['mode']!r} is not one of "
+                f"{', '.join(model.LEASE_MODES)}", "")
+    problem = model.glob_problem(new["glob"])
+    if problem:
+        _refuse("format", c, f"bad lease glob {new['glob']!r}: {problem}",
+                "give a path of the work repository, e.g. 'src/api/**'")
+    if ch.old is not None:
+        old = _doc(c, ch, "old")[0]
+        if old["holder"] != c.author or old["glob"] != new["glob"] \
+                or old["mode"] != new["mode"]:
+            _refuse("lease-holder", c, f"lease {ch.key} is held by {old['holder']} on "
+                    f"{old['glob']} ({old['mode']}); only its holder renews it, unchanged",
+                    "take a new lease instead")
+    s = before.settings
+    # At receipt the hub's clock bounds the lease; re-validating history, the
+    # commit's date (held within clock_skew of the hub's clock when it arrived).
+    base = ctx.now if ctx.now is not None else c.time
+    most = s["max_lease_ttl"] + s["clock_skew"]
+    if new["until"] - base > most:
+        _refuse("lease-ttl", c, f"the lease runs {new['until'] - base}s; the room allows "
+                f"{s['max_lease_ttl']}s", f"take it for at most {s['max_lease_ttl']}s "
+                "(gitdrop lease take GLOB --ttl ...) and renew it when needed")
+    if ctx.now is None:
+        return   # whether another lease was still live is a matter of the hub's clock
+    if new["until"] <= ctx.now:
+        _refuse("lease-ttl", c, f"the lease expired at {when_utc(new['until'])}, before "
+                f"the hub received it ({when_utc(ctx.now)})", "take it with a time to live")
+    other = lease_conflict(before, new, ctx.now)
+    if other is not None:
+        _refuse("lease-conflict", c, f"{new['glob']} ({new['mode']}) overlaps lease "
+                f"{other['id']} on {other['glob']} held ({other['mode']}) by {other['holder']} "
+                f"until {when_utc(other['until'])}",
+                f"wait for it to expire or be released, ask {other['holder']} to release it, "
+                "or take a narrower glob" + (" (or --shared)" if other["mode"] == "shared"
+                                             else ""))
+
+
+def _check_lease_release(before, c, changes, ctx, op):
+    ch = _only(c, changes, "lease")
+    if ch.new is not None or ch.old is None:
+        _refuse("one-operation", c, f"lease-release deletes leases/{ch.key}.toml, and "
+                "nothing else", "delete the lease's file")
+    old = _doc(c, ch, "old")[0]
+    if old["holder"] != c.author and not before.is_lead(c.author):
+        _refuse("lease-holder", c, f"lease {ch.key} on {old['glob']} is held by "
+                f"{old['holder']}; only its holder or a lead releases it",
+                f"ask {old['holder']} (or a lead) to release it, or wait until "
+                f"{when_utc(old['until'])} when it expires")
+
+
 # --- the room itself ---------------------------------------------------------
 
 def _check_room_create(before, c, changes, ctx, op):
@@ -885,6 +967,7 @@ CHECKS = {
     "send": _check_send, "task-create": _check_task_create,
     "handshake-start": _check_handshake_start, "handshake-ack": _check_handshake_ack,
     "contract-declare": _check_contract, "context-set": _check_context,
+    "lease-take": _check_lease_take, "lease-release": _check_lease_release,
     "room-create": _check_room_create, "room-settings": _check_room_change,
     "room-pin": _check_room_change, "room-join": _check_room_change,
     "room-leave": _check_room_change,

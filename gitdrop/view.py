@@ -153,6 +153,19 @@ class RoomView:
     def context_keys(self) -> list[str]:
         return [n[:-3] for n in self.names("context") if n.endswith(".md")]
 
+    def lease(self, lid) -> dict | None:
+        doc = self._doc("lease", model.lease_path(lid))
+        return doc[0] if doc else None
+
+    def leases(self) -> list[dict]:
+        out = []
+        for n in self.names("leases"):
+            if n.endswith(".toml") and model.KEY_RE.match(n[:-5]):
+                lease = self.lease(n[:-5])
+                if lease:
+                    out.append(lease)
+        return out
+
     def is_lead(self, agent_id: str) -> bool:
         return model.is_lead(self.agent(agent_id), self.room)
 
@@ -172,7 +185,7 @@ def _copy(doc):
 
 def parse_file(kind: str, text: str) -> tuple[dict, str]:
     """Parse one file of a room's tree into (header with defaults, body)."""
-    if kind in ("agent", "room"):
+    if kind in ("agent", "room", "lease"):
         header, body = fmt.loads_toml(text), ""
     else:
         header, body = fmt.loads_doc(text)
@@ -183,7 +196,7 @@ def parse_file(kind: str, text: str) -> tuple[dict, str]:
 
 
 def render_file(kind: str, header: dict, body: str = "") -> str:
-    if kind in ("agent", "room"):
+    if kind in ("agent", "room", "lease"):
         return fmt.dumps_toml(header)
     return fmt.dumps_doc(header, body)
 

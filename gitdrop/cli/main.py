@@ -33,6 +33,8 @@ COMMANDS = {
     "handshake": ("plan", True, "Work"),
     "contract": ("plan", True, "Work"),
     "context": ("plan", True, "Work"),
+    "lease": ("lease", True, "Work"),
+    "guard": ("lease", True, "Work"),
     "team": ("hub", True, "Hub"),
     "room": ("hub", True, "Hub"),
     "reap": ("hub", False, "Hub"),

@@ -1,0 +1,254 @@
+"""The lease guard: git hooks in the work repository (the project the agents edit)
+that refuse a commit, or a push, touching a path another agent holds exclusively.
+
+`gitdrop guard install` writes pre-commit and pre-push hooks that run
+`python -m gitdrop.guard pre-commit|pre-push`. The guard reads the room's leases
+from the hub: it fetches the room's branch into this repository's
+refs/gitdrop/rooms/<room> and reads leases/*.toml there, so with the hub out of
+reach it judges by the last fetched state. Who "I" am: GITDROP_AGENT, else the
+agent written at install (git config gitdrop.agent); my own leases never block me.
+Expiry is judged by this machine's clock (the hub judges leases by its own).
+
+People bypass it with GITDROP_GUARD=off (or git commit --no-verify / git push
+--no-verify).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from . import fmt, model
+from .errors import UsageError
+
+MARK = "# gitdrop guard hook"
+HOOKS = ("pre-commit", "pre-push")
+CACHE_PREFIX = "refs/gitdrop/rooms/"
+BYPASS = "GITDROP_GUARD=off git commit ... (or git commit --no-verify)"
+
+
+def _git(*args, cwd=None, check=True, timeout=None, stdin=None) -> str:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                       timeout=timeout, input=stdin)
+    if check and p.returncode != 0:
+        raise UsageError(f"git {' '.join(args[:3])} failed: {p.stderr.strip()[:300]}",
+                         "run this inside a git work tree")
+    return p.stdout
+
+
+# --- globs --------------------------------------------------------------------
+
+_RX: dict = {}
+
+
+def _regex(glob: str):
+    rx = _RX.get(glob)
+    if rx is None:
+        out, i = [], 0
+        while i < len(glob):
+            if glob.startswith("**/", i):
+                out.append("(?:.*/)?")
+                i += 3
+            elif glob.startswith("**", i):
+                out.append(".*")
+                i += 2
+            elif glob[i] == "*":
+                out.append("[^/]*")
+                i += 1
+            elif glob[i] == "?":
+                out.append("[^/]")
+                i += 1
+            else:
+                out.append(re.escape(glob[i]))
+                i += 1
+        rx = _RX[glob] = re.compile("".join(out) + "(?:/.*)?")
+    return rx
+
+
+def matches(glob: str, path: str) -> bool:
+    """Does a lease's glob cover `path`? '**' spans directories, '*' and '?' stay
+    within one name, anything else is literal; a glob covers what it names and
+    everything under it (so 'src/api' covers src/api/x.py)."""
+    return _regex(glob).fullmatch(path) is not None
+
+
+# --- the leases ---------------------------------------------------------------
+
+# What install records in the work repository's git config (GITDROP_* override them).
+CONFIG_KEYS = {"hub": "gitdrop.hub", "room": "gitdrop.room", "agent": "gitdrop.agent"}
+
+
+def config(repo: str) -> dict:
+    def get(key):
+        return _git("config", "--get", CONFIG_KEYS[key], cwd=repo, check=False).strip()
+    return {"hub": os.environ.get("GITDROP_HUB") or get("hub"),
+            "room": os.environ.get("GITDROP_ROOM") or get("room") or "lobby",
+            "agent": os.environ.get("GITDROP_AGENT") or get("agent")}
+
+
+def refresh(repo: str, hub: str, room: str) -> bool:
+    """Fetch the room's branch from the hub into the cache ref; False if unreachable."""
+    if not hub:
+        return False
+    try:
+        p = subprocess.run(["git", "fetch", "--quiet", "--no-tags", hub,
+                            f"+{model.ROOM_PREFIX}{room}:{CACHE_PREFIX}{room}"],
+                           cwd=repo, capture_output=True, text=True, timeout=20,
+                           env=dict(os.environ, GIT_TERMINAL_PROMPT="0"))
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0
+
+
+def cached_leases(repo: str, room: str) -> list[dict] | None:
+    """The leases of the last fetched state of the room, or None if never fetched."""
+    ref = CACHE_PREFIX + room
+    if _git("rev-parse", "--verify", "--quiet", ref, cwd=repo, check=False).strip() == "":
+        return None
+    out = []
+    listing = _git("ls-tree", "-z", f"{ref}:leases", cwd=repo, check=False)
+    for entry in listing.split("\0"):
+        if not entry or "\t" not in entry:
+            continue
+        name = entry.split("\t", 1)[1]
+        if not name.endswith(".toml"):
+            continue
+        text = _git("cat-file", "blob", f"{ref}:leases/{name}", cwd=repo, check=False)
+        try:
+            lease = model.with_defaults("lease", fmt.loads_toml(text))
+        except fmt.FormatError:
+            continue
+        if model.glob_problem(lease.get("glob")) == "" and isinstance(lease.get("until"), int):
+            out.append(lease)
+    return out
+
+
+def blocking(paths, me: str, leases, now: int) -> list[tuple[str, dict]]:
+    """(path, lease) for each path covered by a live exclusive lease not mine."""
+    live = [x for x in leases if x["mode"] == "exclusive" and x["until"] > now
+            and x["holder"] != me]
+    out = []
+    for p in paths:
+        for lease in live:
+            if matches(lease["glob"], p):
+                out.append((p, lease))
+                break
+    return out
+
+
+def _when(t: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
+def judge(repo: str, paths, what: str) -> int:
+    """Print the refusal and return 1 if a path is held by someone else; else 0."""
+    if os.environ.get("GITDROP_GUARD", "").lower() in ("off", "0", "no", "false"):
+        return 0
+    cfg = config(repo)
+    fresh = refresh(repo, cfg["hub"], cfg["room"])
+    leases = cached_leases(repo, cfg["room"])
+    if leases is None:
+        print(f"gitdrop guard: cannot read room {cfg['room']!r} from hub {cfg['hub']!r} and "
+              "no copy was fetched before; not checking leases", file=sys.stderr)
+        return 0
+    hit = blocking(sorted(set(paths)), cfg["agent"], leases, int(time.time()))
+    if not hit:
+        return 0
+    print(f"gitdrop guard: this {what} touches paths another agent holds"
+          + ("" if fresh else " (judged by the last fetched state of the room; the hub "
+             "is out of reach)") + ":", file=sys.stderr)
+    for p, x in hit[:20]:
+        print(f"  {p}: lease {x['id']} on {x['glob']} held exclusively by {x['holder']} "
+              f"until {_when(x['until'])}", file=sys.stderr)
+    if len(hit) > 20:
+        print(f"  ... and {len(hit) - 20} more", file=sys.stderr)
+    if not cfg["agent"]:
+        print("  (I am nobody: set GITDROP_AGENT=team/name or gitdrop guard install --as)",
+              file=sys.stderr)
+    print("fix: leave those paths out, or ask the holder to release the lease "
+          f"(gitdrop lease release ID); to bypass: {BYPASS}", file=sys.stderr)
+    return 1
+
+
+def staged_paths(repo: str) -> list[str]:
+    out = _git("diff", "--cached", "--name-only", "--no-renames", "-z", cwd=repo)
+    return [p for p in out.split("\0") if p]
+
+
+def pushed_paths(repo: str, lines: str) -> list[str]:
+    """Paths changed by the commits a push sends (pre-push's standard input)."""
+    paths = []
+    for line in lines.splitlines():
+        parts = line.split()
+        if len(parts) != 4 or set(parts[1]) == {"0"}:
+            continue   # malformed, or a deletion
+        local, remote = parts[1], parts[3]
+        known = set(remote) != {"0"} and subprocess.run(
+            ["git", "cat-file", "-e", remote + "^{commit}"], cwd=repo,
+            capture_output=True).returncode == 0
+        rng = [f"{remote}..{local}"] if known else [local, "--not", "--remotes"]
+        out = _git("log", "--format=", "--name-only", "--no-renames", "-z", *rng, cwd=repo)
+        paths += [p.strip("\n") for p in out.split("\0") if p.strip("\n")]
+    return paths
+
+
+# --- install --------------------------------------------------------------------
+
+def hook_text(kind: str) -> str:
+    return (f"#!/bin/sh\n{MARK} ({kind}): refuses work on paths another agent leases\n"
+            "# exclusively (gitdrop lease). Bypass: GITDROP_GUARD=off, or --no-verify.\n"
+            'case "$GITDROP_GUARD" in off|OFF|0|no|false) exit 0;; esac\n'
+            f"exec '{sys.executable}' -m gitdrop.guard {kind} \"$@\"\n")
+
+
+def install(repo: str, hub: str = "", room: str = "", agent: str = "",
+            force: bool = False) -> dict:
+    """Write the hooks into the work repository at `repo` and record hub, room and
+    agent in its git config; fetch the room once (the first cached copy)."""
+    top = _git("rev-parse", "--show-toplevel", cwd=repo).strip()
+    hooks = _git("rev-parse", "--git-path", "hooks", cwd=top).strip()
+    hooks = os.path.join(top, hooks)
+    os.makedirs(hooks, exist_ok=True)
+    for kind in HOOKS:
+        path = os.path.join(hooks, kind)
+        if os.path.exists(path) and not force:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if MARK not in f.read():
+                    raise UsageError(f"{path} exists and is not gitdrop's",
+                                     "merge it by hand, or pass --force to replace it")
+    for kind in HOOKS:
+        path = os.path.join(hooks, kind)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(hook_text(kind))
+        os.chmod(path, 0o755)
+    if hub and "://" not in hub and ":" not in hub.split("/")[0]:
+        hub = os.path.abspath(os.path.expanduser(hub))
+    for key, value in (("hub", hub), ("room", room), ("agent", agent)):
+        if value:
+            _git("config", CONFIG_KEYS[key], value, cwd=top)
+    cfg = config(top)
+    fetched = refresh(top, cfg["hub"], cfg["room"])
+    return {"repo": top, "hooks": [os.path.join(hooks, k) for k in HOOKS], "hub": cfg["hub"],
+            "room": cfg["room"], "agent": cfg["agent"], "fetched": fetched}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    kind = argv[0] if argv else ""
+    repo = os.getcwd()
+    try:
+        if kind == "pre-commit":
+            return judge(repo, staged_paths(repo), "commit")
+        if kind == "pre-push":
+            return judge(repo, pushed_paths(repo, sys.stdin.read()), "push")
+    except UsageError as e:
+        print(f"gitdrop guard: {e}", file=sys.stderr)
+        return 1
+    print("usage: python -m gitdrop.guard pre-commit|pre-push", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""Path leases: the rules on both paths (the core's writes and a raw `git push`
+through the hub's hook), the glob overlap test, the CLI, and the guard's hooks in
+a real work repository."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pygit2
+import pytest
+
+from gitdrop import fmt, model
+from gitdrop.core import Room
+from gitdrop.errors import Refusal
+from gitdrop.guard import matches
+from gitdrop.store import Reader
+from gitdrop.verify import check_commits
+
+from conftest import git, refused_rule
+
+
+def at(team, t):
+    """The room on a hub whose clock reads t[0]."""
+    return Room(team.store, "lobby", clock=lambda: t[0])
+
+
+# --- globs ------------------------------------------------------------------------
+
+def test_glob_overlap_is_conservative_and_matching_follows_it():
+    assert model.globs_overlap("src/api/**", "src/api/x.py")
+    assert model.globs_overlap("src/api", "src/api/x.py")          # a directory covers below
+    assert model.globs_overlap("src/*.py", "src/**")
+    assert not model.globs_overlap("src/api/**", "src/web/**")
+    assert not model.globs_overlap("src/api", "src/apix")
+    assert not model.globs_overlap("docs/a.md", "docs/b.md")
+    assert matches("src/api/**", "src/api/v1/x.py") and matches("src/api", "src/api/x.py")
+    assert matches("src/*.py", "src/a.py") and not matches("src/*.py", "src/a/b.py")
+    assert matches("**/*.md", "README.md") and matches("**/*.md", "a/b/c.md")
+    assert not matches("src/api/**", "src/apix/y.py")
+    # soundness: whenever a path matches both, the globs are said to overlap
+    globs = ["src/**", "src/api/**", "src/api", "src/*.py", "src/a?.py", "**/*.md", "docs",
+             "docs/x.md", "src/apix/**", "*"]
+    paths = ["src/a.py", "src/ab.py", "src/api/x.py", "src/api", "docs/x.md", "README.md",
+             "src/apix/y.md", "docs"]
+    for a in globs:
+        for b in globs:
+            if any(matches(a, p) and matches(b, p) for p in paths):
+                assert model.globs_overlap(a, b), (a, b)
+    for bad in ("", "/etc/x", "a/../b", "a//b", "./a"):
+        assert model.glob_problem(bad), bad
+
+
+# --- the core ---------------------------------------------------------------------
+
+def test_core_overlap_refused_naming_the_holder_and_expiry(team):
+    t = [1_800_000_000]
+    room = at(team, t)
+    lease = room.take_lease("core/kai", "src/api/**", ttl=600)
+    assert lease["until"] == t[0] + 600 and lease["mode"] == "exclusive"
+    with pytest.raises(Refusal) as e:
+        room.take_lease("core/spartan", "src/api/routes.py", shared=True)
+    assert e.value.rule == "lease-conflict"
+    assert "core/kai" in e.value.reason and lease["id"] in e.value.reason
+    assert "2027-01-15 08:10:00Z" in e.value.reason        # the holder's expiry
+    room.take_lease("core/spartan", "src/web/**")             # no overlap: fine
+    room.take_lease("core/kai", "src/api/v2/**")              # my own leases never conflict
+
+
+def test_core_shared_leases_coexist_but_not_with_an_exclusive(team):
+    t = [1_800_000_000]
+    room = at(team, t)
+    room.take_lease("core/kai", "docs/**", shared=True)
+    room.take_lease("core/spartan", "docs/api.md", shared=True)
+    with pytest.raises(Refusal) as e:
+        room.take_lease("core/juno", "docs", shared=False)
+    assert e.value.rule == "lease-conflict" and "(shared)" in e.value.reason
+    assert len(room.leases()) == 2
+
+
+def test_core_expired_lease_no_longer_blocks(team):
+    t = [1_800_000_000]
+    room = at(team, t)
+    old = room.take_lease("core/kai", "src/**", ttl=60)
+    t[0] += 60                                                # the hub's clock: expired
+    assert room.leases() == [] and room.leases(live=False)[0]["id"] == old["id"]
+    room.take_lease("core/spartan", "src/main.py")
+
+
+def test_core_release_by_holder_or_lead_only_and_ttl_bounded(team):
+    t = [1_800_000_000]
+    room = at(team, t)
+    a = room.take_lease("core/kai", "a/**")
+    with pytest.raises(Refusal) as e:
+        room.release_lease("core/spartan", a["id"])
+    assert e.value.rule == "lease-holder" and "core/kai" in e.value.reason
+    room.release_lease("core/kai", "a/**")                    # by its glob
+    b = room.take_lease("core/kai", "b/**")
+    room.release_lease("core/juno", b["id"])                  # a lead
+    assert room.leases() == []
+    with pytest.raises(Refusal) as e:
+        room.take_lease("core/kai", "c", ttl=model.DEFAULT_SETTINGS["max_lease_ttl"] + 3600)
+    assert e.value.rule == "lease-ttl"
+
+
+# --- raw pushes through the hub's hook ---------------------------------------------
+
+def lease_doc(lid, holder, glob, until, mode="exclusive", taken=0):
+    return fmt.dumps_toml({"id": lid, "holder": holder, "glob": glob, "mode": mode,
+                           "until": until, "taken": taken or until - 600})
+
+
+def push_verdict(hub, c, expect, now=None):
+    """Push; the hook and the in-process rules (at the same clock) must agree."""
+    before = hub.store.room_tip(c.room)
+    repo = pygit2.Repository(c.path)
+    try:
+        check_commits(Reader(repo), model.ROOM_PREFIX + c.room, before, str(repo.head.target),
+                      now=now or int(time.time()))
+        local = None
+    except Refusal as e:
+        local = e.rule
+    ok, err = c.push()
+    pushed = None if ok else refused_rule(err)
+    assert local == expect and pushed == expect, (local, pushed, err)
+    return err
+
+
+def test_push_overlap_refused_shared_coexist(hub, team, clone):
+    now = int(time.time())
+    team.take_lease("core/kai", "src/api/**", ttl=1200)
+    team.take_lease("core/kai", "docs/**", shared=True, ttl=1200)
+    c = clone("core/spartan")
+    c.write("leases/s1.toml", lease_doc("s1", "core/spartan", "src/api/x.py", now + 600))
+    c.commit("spartan leases src/api/x.py")
+    err = push_verdict(hub, c, "lease-conflict")
+    assert "core/kai" in err and "src/api/**" in err
+    c.pull()
+    c.write("leases/s2.toml", lease_doc("s2", "core/spartan", "docs/a.md", now + 600, "shared"))
+    c.commit("spartan shares docs/a.md")
+    push_verdict(hub, c, None)
+    c.write("leases/s3.toml", lease_doc("s3", "core/kai", "x/**", now + 600))
+    c.commit("a lease for somebody else")
+    push_verdict(hub, c, "format")
+
+
+def test_push_expiry_is_the_hubs_clock_not_the_pushers_date(hub, team, clone):
+    team.update_room("core/juno", "room-settings", "wide clock skew",
+                     settings={"clock_skew": 600, "loop_window": 3600})
+    now = int(time.time())
+    # A lease that ran out 100s ago by the hub's clock no longer blocks.
+    Room(team.store, "lobby", clock=lambda: now - 700).take_lease("core/kai", "old/**", ttl=600)
+    # One live for 300s more blocks, even from a commit dated after its end.
+    team.take_lease("core/kai", "live/**", ttl=300)
+    c = clone("core/spartan")
+    c.write("leases/e1.toml", lease_doc("e1", "core/spartan", "old/a.py", now + 600))
+    c.commit("spartan takes old/a.py")
+    push_verdict(hub, c, None)
+    c.write("leases/e2.toml", lease_doc("e2", "core/spartan", "live/a.py", now + 900))
+    date = f"@{now + 400} +0000"
+    git("add", "-A", cwd=c.path)
+    git("commit", "-q", "-m", "spartan takes live/a.py (dated later)", cwd=c.path,
+        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    push_verdict(hub, c, "lease-conflict")
+
+
+def test_push_release_by_non_holder_refused(hub, team, clone):
+    lease = team.take_lease("core/kai", "src/**")
+    c = clone("core/spartan")
+    c.delete(f"leases/{lease['id']}.toml").commit("spartan drops kai's lease")
+    err = push_verdict(hub, c, "lease-holder")
+    assert "core/kai" in err
+    c.pull().as_("core/kai")
+    c.delete(f"leases/{lease['id']}.toml").commit("kai releases")
+    push_verdict(hub, c, None)
+    assert team.leases() == []
+
+
+# --- the CLI and the guard in a real work repository --------------------------------
+
+def gd(hub, agent, *args, cwd=None, check=True):
+    env = dict(os.environ, GITDROP_HUB=hub.path, GITDROP_AGENT=agent, NO_COLOR="1")
+    env.pop("GITDROP_ROOM", None)
+    p = subprocess.run([sys.executable, "-m", "gitdrop", *args], cwd=cwd, env=env,
+                       capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def work_repo(tmp_path, hub, agent, name="work"):
+    path = tmp_path / name
+    git("init", "-q", str(path))
+    git("config", "user.name", agent, cwd=path)
+    git("config", "user.email", "x@example.org", cwd=path)
+    gd(hub, agent, "guard", "install", cwd=path)
+    return str(path)
+
+
+def commit(path, files, message="work", env=None):
+    for name, text in files.items():
+        full = os.path.join(path, name)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as f:
+            f.write(text)
+    git("add", "-A", cwd=path)
+    e = dict(os.environ)
+    e.pop("GITDROP_AGENT", None)
+    e.pop("GITDROP_GUARD", None)
+    e.update(env or {})
+    return subprocess.run(["git", "commit", "-q", "-m", message], cwd=path, env=e,
+                          capture_output=True, text=True)
+
+
+def test_cli_lease_take_list_release(hub, team):
+    r = gd(hub, "core/kai", "lease", "take", "src/api/**", "--ttl", "10m", "--json")
+    import json
+    lease = json.loads(r.stdout)["lease"]
+    assert lease["until"] - lease["taken"] == 600
+    p = gd(hub, "core/spartan", "lease", "take", "src/api/x.py", check=False)
+    assert p.returncode == 3 and "lease-conflict" in p.stderr and "core/kai" in p.stderr
+    out = gd(hub, "core/spartan", "lease", "list").stdout
+    assert "src/api/**" in out and "core/kai" in out and lease["id"] in out
+    p = gd(hub, "core/spartan", "lease", "release", lease["id"], check=False)
+    assert p.returncode == 3 and "lease-holder" in p.stderr
+    gd(hub, "core/kai", "lease", "release", "src/api/**")
+    assert "no live leases" in gd(hub, "core/kai", "lease", "list").stdout
+    assert gd(hub, "core/kai", "lease", "take", "x", "--ttl", "soon", check=False).returncode == 2
+
+
+def test_guard_refuses_a_commit_on_anothers_exclusive_lease(hub, team, tmp_path):
+    lease = team.take_lease("core/kai", "src/api/**")
+    team.take_lease("core/kai", "docs/**", shared=True)
+    work = work_repo(tmp_path, hub, "core/spartan")
+    with open(os.path.join(work, ".git", "hooks", "pre-commit")) as f:
+        assert "GITDROP_GUARD=off" in f.read()
+    p = commit(work, {"src/api/x.py": "x\n"})
+    assert p.returncode != 0
+    assert "core/kai" in p.stderr and lease["id"] in p.stderr and "src/api/x.py" in p.stderr
+    assert "GITDROP_GUARD=off" in p.stderr                      # the bypass is named
+    # shared leases do not block; paths outside any lease do not either
+    git("reset", "-q", cwd=work)
+    os.remove(os.path.join(work, "src/api/x.py"))
+    assert commit(work, {"docs/a.md": "a\n", "src/web/y.py": "y\n"}).returncode == 0
+    # the holder commits freely in its own work repository
+    kai = work_repo(tmp_path, hub, "core/kai", "kai")
+    assert commit(kai, {"src/api/x.py": "x\n"}).returncode == 0
+    # the bypass, for people
+    assert commit(work, {"src/api/z.py": "z\n"}, env={"GITDROP_GUARD": "off"}).returncode == 0
+    assert commit(work, {"src/api/w.py": "w\n"}).returncode != 0
+    p = subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "w"], cwd=work,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_guard_expired_release_and_offline(hub, team, tmp_path):
+    now = int(time.time())
+    Room(team.store, "lobby", clock=lambda: now - 700).take_lease("core/kai", "old/**", ttl=600)
+    live = team.take_lease("core/kai", "new/**")
+    work = work_repo(tmp_path, hub, "core/spartan")
+    assert commit(work, {"old/a.py": "a\n"}).returncode == 0       # expired: no block
+    assert commit(work, {"new/a.py": "a\n"}).returncode != 0
+    # Offline: the hub out of reach, the last fetched state still judges.
+    git("config", "gitdrop.hub", str(tmp_path / "gone.git"), cwd=work)
+    p = commit(work, {"new/a.py": "a\n"})
+    assert p.returncode != 0 and "last fetched state" in p.stderr
+    git("config", "gitdrop.hub", hub.path, cwd=work)
+    team.release_lease("core/kai", live["id"])
+    assert commit(work, {"new/a.py": "a\n"}).returncode == 0
+
+
+def test_guard_pre_push_refuses_commits_made_with_no_verify(hub, team, tmp_path):
+    team.take_lease("core/kai", "src/**")
+    upstream = tmp_path / "up.git"
+    git("init", "-q", "--bare", str(upstream))
+    work = work_repo(tmp_path, hub, "core/spartan")
+    git("remote", "add", "origin", str(upstream), cwd=work)
+    assert commit(work, {"README": "r\n"}).returncode == 0
+    git("push", "-q", "origin", "HEAD:main", cwd=work)
+    commit(work, {"src/a.py": "a\n"}, env={"GITDROP_GUARD": "off"})
+    e = dict(os.environ)
+    e.pop("GITDROP_AGENT", None)
+    e.pop("GITDROP_GUARD", None)
+    p = subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work, env=e,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "core/kai" in p.stderr and "src/a.py" in p.stderr
+    p = subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work,
+                       env=dict(e, GITDROP_GUARD="off"), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
