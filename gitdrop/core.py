@@ -246,18 +246,51 @@ class Room:
         return self._update_agent(agent, "ping", "{name} pinged", last_seen=self.clock())
 
     def who(self) -> list[dict]:
+        """Each agent with its health, from its last act in the room (its latest
+        commit, or its last ping/status, whichever is later), and its work: the
+        tasks it holds, the last it claimed and the last it completed."""
         view, now = self.view(), self.clock()
+        agents = view.agents()
+        acts, claimed = self._last_acts(view, {a["id"] for a in agents})
+        holding, completed = {}, {}
+        for tid in view.task_ids():
+            t = view.task(tid)[0]
+            if not t["assignee"]:
+                continue
+            if t["state"] == "completed":
+                if t["updated"] >= completed.get(t["assignee"], ("", -1))[1]:
+                    completed[t["assignee"]] = (t["id"], t["updated"])
+            elif t["state"] not in machine.TERMINAL and t["state"] != "failed":
+                holding.setdefault(t["assignee"], []).append(str(t["id"]))
         out = []
-        for a in view.agents():
-            age = now - a["last_seen"] if a["last_seen"] else None
+        for a in agents:
+            last = max(a["last_seen"], min(acts.get(a["id"], 0), now))
+            age = now - last if last else None
             health = "unknown" if age is None else next(
                 (h for limit, h in HEALTH if age < limit), "dead")
             out.append({"agent": a["id"], "name": model.short(a["id"]),
                         "team": model.split_agent(a["id"])[0], "roles": a["roles"],
                         "status": a["status"], "description": a["description"],
                         "lead": model.is_lead(a, view.room), "health": health,
-                        "last_seen": a["last_seen"]})
+                        "last_seen": a["last_seen"], "last_act": last,
+                        "tasks": holding.get(a["id"], []),
+                        "last_claimed": claimed.get(a["id"], ""),
+                        "last_completed": str(completed.get(a["id"], ("",))[0])})
         return out
+
+    def _last_acts(self, view, ids, limit: int = 5000):
+        """({agent: time of its latest commit}, {agent: task it last claimed}), from
+        at most `limit` commits back (claims: `limit` // 5 once every act is found)."""
+        acts, claimed = {}, {}
+        for n, c in enumerate(first_parent_walk(self.store.reader, view.commit)):
+            if n >= limit or (len(acts) >= len(ids) and (len(claimed) >= len(ids) or
+                                                         n >= limit // 5)):
+                break
+            if c.author in ids:
+                acts.setdefault(c.author, c.time)
+                if c.op == "task-claim":
+                    claimed.setdefault(c.author, fmt.trailer(c.trailers, "task"))
+        return acts, claimed
 
     # --- messages --------------------------------------------------------------
     def send(self, agent: str, to, text: str, cc=(), task: str = "", reply_to: str = "",
@@ -431,14 +464,17 @@ class Room:
         return self._write(agent, build, key)
 
     def move_task(self, agent: str, task_id, move: str, note: str = "", assignee: str = "",
-                  question: str = "", answer: str = "", key: str = "", **edits) -> dict:
-        """Make one move of the state machine (see machine.MOVES)."""
-        agent = self.resolve(agent)
+                  question: str = "", answer: str = "", key: str = "", lease: int = 0,
+                  **edits) -> dict:
+        """Make one move of the state machine (see machine.MOVES). `lease`: seconds a
+        renew holds the task for (default the room's task_lease)."""
+        if not (move == "reap" and model.is_hub_identity(agent)):  # hub/reaper reaps
+            agent = self.resolve(agent)
         task_id = str(task_id).lstrip("#")
         if move not in machine.MOVES:
             raise UsageError(f"unknown move {move!r}", "moves: " + ", ".join(machine.MOVES))
         key = self._keyed(key, "task-" + move, task_id, note, assignee, question, answer,
-                          sorted(edits.items()))
+                          sorted(edits.items()), *((lease,) if lease else ()))
 
         def build(view, tip):
             doc = view.task(task_id)
@@ -446,7 +482,9 @@ class Room:
                 raise NotFound(f"no task {task_id} in room {self.name!r}",
                                "list tasks with gitdrop task list")
             old, body = doc
-            new = dict(old, updated=self.clock(), note=note or "")
+            now = self.clock()
+            new = dict(old, updated=now, note=note or "")
+            s = view.settings
             frm_state = old["state"]
             # An illegal move is still built as asked, so that the rules judge and word it.
             if frm_state in machine.MOVES[move][0]:
@@ -473,19 +511,31 @@ class Room:
                 new["answer"] = answer or note
             elif move == "sign":
                 new["signoffs"] = old["signoffs"] + [agent]
+            elif move == "reap":
+                failing = new["state"] == "failed"
+                new.update(retries=old["retries"] + (0 if failing else 1), signoffs=[],
+                           assignee=old["assignee"] if failing else "", lease_until=0)
+                if not note:
+                    new["note"] = (f"the lease of {old['assignee'] or 'nobody'} expired"
+                                          + (f"; retries used up ({old['retries']} of "
+                                             f"{old['max_retries']})" if failing else ""))
+            elif move == "renew":
+                new["lease_until"] = now + min(int(lease or s["task_lease"]), s["max_task_lease"])
             elif move == "edit":
                 for k, v in edits.items():
                     if k == "body":
                         body = v
                     elif v is not None:
                         new[k] = v
+            if move in ("assign", "claim", "start", "retry") and new["assignee"]:
+                new["lease_until"] = now + s["task_lease"]
             subject = (f"task {task_id} {frm_state} → {new['state']} by {model.short(agent)}"
                        if new["state"] != frm_state else
                        f"task {task_id} {move}{'ed' if move == 'sign' else ''} by {model.short(agent)}")
             if move in ("assign", "retry") and new["assignee"]:
                 subject += f" (to {model.short(new['assignee'])})"
             return ({model.task_path(task_id): render_file("task", new, body)},
-                    self._msg(subject, note or question or answer, "task-" + move, key,
+                    self._msg(subject, new["note"] or question or answer, "task-" + move, key,
                               task=task_id),
                     {"id": task_id, "task": task_id, "state": new["state"], "from": frm_state,
                      "assignee": new["assignee"]})
@@ -502,6 +552,34 @@ class Room:
         return self.move_task(agent, task_id, move, note=note, assignee=assignee,
                               question=note if move == "ask" else "",
                               answer=note if move == "answer" else "")
+
+    def lease(self, task_id, view: RoomView | None = None) -> dict:
+        """A task's lease as of the clock: {"until", "last_act", "expired"} (until 0:
+        the task is in no state a lease applies to)."""
+        from . import rules
+        view = view or self.view()
+        doc = view.task(str(task_id).lstrip("#"))
+        if doc is None:
+            raise NotFound(f"no task {task_id} in room {self.name!r}", "gitdrop task list")
+        t, now = doc[0], self.clock()
+        if t["state"] not in machine.MOVES["reap"][0]:
+            return {"until": 0, "last_act": 0, "expired": False}
+        until, last = rules.lease_expiry(self.store.reader, view.settings, t, view.commit, now)
+        return {"until": until, "last_act": last, "expired": now >= until}
+
+    def reap_leases(self, agent: str = "hub/reaper") -> list[dict]:
+        """Reap every task whose lease has expired (by the clock); the rules judge
+        each again. Returns the moves made."""
+        from .errors import GitdropError
+        view, out = self.view(), []
+        for tid in view.task_ids():
+            t = view.task(tid)[0]
+            if t["state"] in machine.MOVES["reap"][0] and self.lease(tid, view)["expired"]:
+                try:
+                    out.append(self.move_task(agent, tid, "reap"))
+                except GitdropError:   # renewed or moved meanwhile: judged again next round
+                    continue
+        return out
 
     def task(self, task_id) -> dict:
         doc = self.view().task(str(task_id).lstrip("#"))

@@ -13,7 +13,7 @@ NOTICE_OPS = {
     "task-reject": "assignee", "task-answer": "assignee", "task-unblock": "assignee",
     "task-approve": "assignee", "task-cancel": "assignee", "task-submit": "reviewer",
     "task-ask": "creator", "task-fail": "creator", "task-sign": "assignee",
-    "handshake-start": "targets", "handshake-ack": "go",
+    "task-reap": "reaped", "handshake-start": "targets", "handshake-ack": "go",
 }
 LEADS = "@leads"
 
@@ -63,6 +63,14 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
         return list(doc["targets"])
     if who == "go":
         return list(doc["targets"]) + [doc["initiator"]] if doc["status"] == "go" else []
+    if who == "reaped":  # the former assignee (from the parent's file) and the creator
+        prev = reader.read_path(reader.commit(c.parent).tree, path) if c.parent else None
+        try:
+            was = parse_file("task", prev.decode("utf-8", "replace"))[0]["assignee"] \
+                if prev is not None else ""
+        except ValueError:
+            was = ""
+        return [x for x in dict.fromkeys((was, doc["creator"])) if x]
     if who == "reviewer":
         if doc["reviewer"]:
             return [doc["reviewer"]]

@@ -561,7 +561,10 @@ class Hub:
         """Archive rooms idle for gitdrop.idleArchiveDays (0, the default: never) and
         destroy archives older than gitdrop.archiveExpiryDays (default 90; 0: never),
         sparing pinned rooms. Each act is a commit on the hub branch by hub/reaper.
-        `progress(done, total)` hears of each room judged."""
+        First, in every active room, tasks whose claim lease has expired (by the
+        hub's clock, whatever `now` says) are reaped by hub/reaper: a `reap` move
+        on the room's branch. `progress(done, total)` hears of each room judged."""
+        reaped = self.reap_tasks()
         now = self.clock() if now is None else now
         idle_days = self.config("gitdrop.idleArchiveDays", 0)
         expiry_days = self.config("gitdrop.archiveExpiryDays", 90)
@@ -590,7 +593,22 @@ class Hub:
         destroyed = due("archived", expiry_days, "archived_at", self._destroy,
                         f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
+                "reaped": reaped,
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
+
+    def reap_tasks(self) -> list[dict]:
+        """Reap the tasks whose lease has expired, in every active room, as
+        hub/reaper: [{room, task, state, assignee, ...}]. A room that cannot be
+        read is skipped (and told on stderr); the next round tries it again."""
+        from .errors import GitdropError
+        out = []
+        for name in self.store.rooms(model.ROOM_PREFIX):
+            try:
+                for r in Room(self.store, name, self.clock).reap_leases(REAPER):
+                    out.append(dict(r, room=name))
+            except GitdropError as e:
+                sys.stderr.write(f"gitdrop: reaping tasks in {name} failed ({e})\n")
+        return out
 
     def reap_every(self, seconds: float) -> "threading.Event":
         """Reap in a background thread every `seconds` (the server runs this);

@@ -4,7 +4,13 @@ tests all read.
 Each move: the states it leaves from, the state it goes to, who may make it and
 which header fields it may change besides `state`, `updated` and `note`.
 Who: assignee, reviewer (the task's reviewer, else a lead of the assignee's
-team, else any lead), lead, creator, member (any registered agent).
+team, else any lead), lead, creator, member (any registered agent; for reap also
+the hub's reaper, hub/reaper).
+
+A task in assigned or in_progress is held on a lease (`lease_until`, set by the
+moves that hand it over and by renew; and renewed by every act of the assignee
+in the room, see rules.lease_expiry). Once it has expired anyone may reap the
+task: back to pending, counted as a retry, or to failed past max_retries.
 """
 
 STATES = ("pending", "assigned", "in_progress", "review", "completed", "failed",
@@ -15,14 +21,17 @@ OPEN = tuple(s for s in STATES if s not in TERMINAL)
 # move: (from states, to state, who may, fields it may change)
 MOVES = {
     "assign":  (("pending", "assigned"), "assigned", ("lead", "creator"),
-                ("assignee", "reviewer", "signoffs", "resume")),
-    "claim":   (("pending",), "assigned", ("member",), ("assignee",)),
-    "start":   (("assigned",), "in_progress", ("assignee",), ()),
+                ("assignee", "reviewer", "signoffs", "resume", "lease_until")),
+    "claim":   (("pending",), "assigned", ("member",), ("assignee", "lease_until")),
+    "start":   (("assigned",), "in_progress", ("assignee",), ("lease_until",)),
     "submit":  (("in_progress",), "review", ("assignee",), ()),
     "approve": (("review",), "completed", ("reviewer",), ()),
     "reject":  (("review",), "in_progress", ("reviewer",), ()),
     "fail":    (("assigned", "in_progress"), "failed", ("assignee", "lead"), ()),
-    "retry":   (("failed",), "assigned", ("lead", "creator"), ("assignee", "retries", "signoffs")),
+    "retry":   (("failed",), "assigned", ("lead", "creator"),
+                ("assignee", "retries", "signoffs", "lease_until")),
+    "reap":    (("assigned", "in_progress"), "reap", ("member",),
+                ("assignee", "retries", "signoffs", "lease_until")),
     "block":   (("assigned", "in_progress"), "blocked", ("assignee", "lead"), ("resume",)),
     "unblock": (("blocked",), "resume", ("assignee", "lead"), ("resume",)),
     "ask":     (("assigned", "in_progress"), "feedback", ("assignee",), ("question", "answer")),
@@ -31,10 +40,11 @@ MOVES = {
     "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
     "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
                 ("title", "priority", "tags", "project", "reviewer", "max_retries", "body")),
+    "renew":   (("assigned", "in_progress"), "same", ("assignee",), ("lease_until",)),
 }
 
 # Moves that need a note (the reason) in the commit.
-NEEDS_NOTE = ("reject", "fail", "block", "ask", "answer")
+NEEDS_NOTE = ("reject", "fail", "block", "ask", "answer", "reap")
 
 
 def target(move: str, task: dict) -> str:
@@ -43,6 +53,8 @@ def target(move: str, task: dict) -> str:
         return task.get("resume") or "assigned"
     if to == "same":
         return task["state"]
+    if to == "reap":  # counted as a retry: past max_retries the task fails
+        return "failed" if task.get("retries", 0) >= task.get("max_retries", 0) else "pending"
     return to
 
 
@@ -51,6 +63,7 @@ def moves_between(old_state: str, new_state: str) -> list[str]:
     out = []
     for move, (frm, to, _who, _fields) in MOVES.items():
         if old_state in frm and (to == new_state or to in ("resume",) or
+                                 (to == "reap" and new_state in ("pending", "failed")) or
                                  (to == "same" and old_state == new_state)):
             out.append(move)
     return out
@@ -60,7 +73,7 @@ def move_to(task: dict, status: str) -> str:
     """The move that takes a task from its state to `status`, or "" (for tools that
     speak in target states, like the reference's update_task)."""
     for move in moves_between(task["state"], status):
-        if MOVES[move][1] != "same" and move != "sign" and target(move, task) == status:
+        if MOVES[move][1] != "same" and move not in ("sign", "reap") and target(move, task) == status:
             return move
     return ""
 
@@ -75,7 +88,8 @@ def legal_moves(state: str) -> str:
 def table_markdown() -> str:
     rows = ["| move | from | to | who | may also change |", "|---|---|---|---|---|"]
     for move, (frm, to, who, fields) in MOVES.items():
-        to_s = {"resume": "the state it was blocked from", "same": "(unchanged)"}.get(to, to)
+        to_s = {"resume": "the state it was blocked from", "same": "(unchanged)",
+                "reap": "pending (failed past max_retries)"}.get(to, to)
         rows.append(f"| {move} | {', '.join(frm)} | {to_s} | {', '.join(who)} | "
                     f"{', '.join(fields) or '-'} |")
     return "\n".join(rows)

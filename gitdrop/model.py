@@ -66,6 +66,8 @@ DEFAULT_SETTINGS = {
     "max_title": 200,        # characters of a task title
     "max_tags": 16,
     "max_retries": 3,        # default for new tasks
+    "task_lease": 1800,      # seconds a claimed task is held after its assignee's last act
+    "max_task_lease": 86400, # the longest lease a claim, start or renew may set
     "clock_skew": 30,        # seconds a pushed commit may be dated off the hub clock (below loop_window)
     "max_lease_ttl": 86400,  # seconds a path lease may run (gitdrop lease take --ttl)
 }
@@ -209,6 +211,7 @@ TASK_FIELDS = {
     "reviewer": "", "priority": 0, "tags": [], "project": "", "retries": 0,
     "max_retries": 3, "handshake": 0, "signoffs": [], "resume": "",
     "question": "", "answer": "", "note": "", "created": 0, "updated": 0,
+    "lease_until": 0,
 }
 AGENT_FIELDS = {
     "id": "", "roles": [], "description": "", "status": "", "registered": 0,

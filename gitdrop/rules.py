@@ -79,6 +79,9 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
         author = c.author
         if "claim" in cands and new.get("assignee") == author and old.get("assignee") != author:
             return "task-claim"
+        if old["state"] == new["state"] and old["lease_until"] != new["lease_until"] and \
+                {k for k in old if old[k] != new.get(k)} <= {"lease_until", "updated", "note"}:
+            return "task-renew"
         if old["state"] == new["state"] and old["signoffs"] != new["signoffs"]:
             return "task-sign"
         for m in cands:
@@ -153,7 +156,8 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if fn is None:
         _refuse("one-operation", c, f"unknown operation {op!r}",
                 "use one of the operations listed in docs/PROTOCOL.md")
-    if op != "register" and not op.startswith("room-"):  # room ops check their own
+    if op != "register" and not op.startswith("room-") and \
+            not (op == "task-reap" and model.is_hub_identity(c.author)):  # room ops check their own
         _registered(before, c, op)
     fn(before, c, changes, ctx, op)
     return op
@@ -577,7 +581,7 @@ def _check_task_move(before, c, changes, ctx, op):
         _refuse("one-operation", c, f"{move} may not change {', '.join(bad)} of task {tid}",
                 "make one commit per change (edit the task separately)")
     roles = task_roles(before, old, c.author)
-    if move == "claim":
+    if move == "claim" or (move == "reap" and model.is_hub_identity(c.author)):
         roles.add("member")
     if not roles & set(who):
         _refuse("task-state-machine", c, f"{c.author} may not {move} task {tid} (needs "
@@ -586,6 +590,8 @@ def _check_task_move(before, c, changes, ctx, op):
     if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
         _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
     _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
+    if "lease_until" in fields:
+        _check_task_lease(before, c, old, new, tid, ctx, move)
 
 
 def _none(*_a):
@@ -694,8 +700,64 @@ def _move_edit(before, c, old, new, tid):
         _known_agent(before, c, new["reviewer"])
 
 
+def _move_reap(before, c, old, new, tid):
+    failing = new["state"] == "failed"
+    retries = old["retries"] + (0 if failing else 1)
+    assignee = old["assignee"] if failing else ""
+    if new["retries"] != retries or new["assignee"] != assignee or new["lease_until"] \
+            or new["signoffs"]:
+        _refuse("task-state-machine", c, "a reap " + (
+            "that fails the task keeps its assignee and retries" if failing else
+            "counts a retry and returns the task unassigned") + " and clears lease and signoffs",
+                f"set retries = {retries}, assignee = \"{assignee}\", lease_until = 0, "
+                "signoffs = []")
+
+
+def lease_expiry(reader, settings: dict, task: dict, tip: str, now: int) -> tuple[int, int]:
+    """(when the task's lease ends, the last act that renewed it or 0). The lease
+    runs to the later of its `lease_until` and the room's task_lease after the
+    last act in the room of the assignee, or of any task move of this task; an
+    act's date counts no later than `now` (the hub's clock). The walk reads back
+    only as far as such an act could still matter."""
+    lease, skew = settings["task_lease"], settings["clock_skew"]
+    who, tid, last = task["assignee"], str(task["id"]), 0
+    for h in first_parent_walk(reader, tip):
+        if h.time < now - lease - skew:
+            break
+        if (who and h.author == who) or \
+                (h.op.startswith("task-") and fmt.trailer(h.trailers, "task") == tid):
+            last = min(h.time, now)
+            break
+    return max(task["lease_until"], last + lease if last else 0), last
+
+
+def _check_task_lease(before, c, old, new, tid, ctx, move):
+    s = before.settings
+    if move == "reap":
+        if ctx.now is None:
+            return   # re-validating history: whether it had expired was the hub's call
+        ends, last = lease_expiry(ctx.reader, s, old, c.parent, ctx.now)
+        if ctx.now < ends:
+            seen = f", last act {ctx.now - last}s ago" if last else ""
+            _refuse("task-lease", c, f"task {tid} is held by {old['assignee'] or 'nobody'} "
+                    f"until {_utc(ends)} ({ends - ctx.now}s from the hub's clock{seen}); a "
+                    "reap needs an expired lease", "wait until it expires (any act of the "
+                    "assignee in the room renews it)")
+        return
+    if new["lease_until"] and new["lease_until"] != old["lease_until"]:
+        base = ctx.now if ctx.now is not None else c.time
+        if new["lease_until"] - base > s["max_task_lease"] + s["clock_skew"]:
+            _refuse("task-lease", c, f"the lease runs {new['lease_until'] - base}s; the room "
+                    f"allows {s['max_task_lease']}s", f"set lease_until at most "
+                    f"{s['max_task_lease']}s ahead (gitdrop task renew ID --for SECONDS)")
+
+
+def _utc(t: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
 _MOVE_CHECKS = {"assign": _move_assign, "claim": _move_claim, "start": _move_start,
-                "retry": _move_retry, "block": _move_block, "unblock": _move_unblock,
+                "retry": _move_retry, "reap": _move_reap, "block": _move_block, "unblock": _move_unblock,
                 "ask": _move_ask, "answer": _move_answer, "sign": _move_sign,
                 "edit": _move_edit}
 

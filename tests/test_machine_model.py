@@ -147,7 +147,8 @@ def test_every_move_once(tmp_path):
     sp, kai = CODERS
     t = r.create_task(LEAD, "tour")["id"]
     steps = [(LEAD, "assign", {"assignee": kai}, "assigned"), (LEAD, "edit", {"priority": 2}, "assigned"),
-             (kai, "start", {}, "in_progress"), (kai, "ask", {"question": "which?"}, "feedback"),
+             (kai, "start", {}, "in_progress"), (kai, "renew", {"lease": 3600}, "in_progress"),
+             (kai, "ask", {"question": "which?"}, "feedback"),
              (LEAD, "answer", {"answer": "this"}, "in_progress"),
              (kai, "block", {"note": "waiting on db"}, "blocked"), (kai, "unblock", {}, "in_progress"),
              (kai, "submit", {}, "review"), (LEAD, "reject", {"note": "tests"}, "in_progress"),
@@ -159,6 +160,11 @@ def test_every_move_once(tmp_path):
                                    (kai, "retry", {}, "assigned"), (kai, "cancel", {}, "cancelled")]:
         assert r.move_task(agent, t2, move, **kw)["state"] == state, move
     assert r.task(t)["priority"] == 2 and r.task(t2)["retries"] == 1
+    r.update_room(LEAD, "room-settings", "leases end at once", settings={"task_lease": 0})
+    t3 = r.create_task(kai, "third")["id"]
+    for agent, move, kw, state in [(sp, "claim", {}, "assigned"), (kai, "reap", {}, "pending")]:
+        assert r.move_task(agent, t3, move, **kw)["state"] == state, move
+    assert r.task(t3)["retries"] == 1
     made = {e["op"] for e in r.log(100)}
     from gitdrop import machine
     assert {"task-" + m for m in machine.MOVES} - made == {"task-sign"}  # sign: see test_hub

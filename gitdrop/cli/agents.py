@@ -78,10 +78,11 @@ def who(s: Scope):
         if not agents:
             print(f"nobody is registered in {s.room_name} yet (gitdrop register team/name)")
             return
-        table(["agent", "roles", "status", "health", "last seen"],
+        table(["agent", "roles", "status", "health", "last act", "holds", "claimed", "completed"],
               [(a["agent"], ", ".join(a["roles"]), a["status"][:40],
                 (a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
-                ago(a["last_seen"])) for a in agents])
+                ago(a["last_act"]), ", ".join(a["tasks"]) or "-", a["last_claimed"] or "-",
+                a["last_completed"] or "-") for a in agents])
     s.emit({"room": s.room_name, "agents": agents}, show)
 
 

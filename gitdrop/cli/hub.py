@@ -226,11 +226,14 @@ def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
         "--now", metavar="EPOCH",
         help="Judge ages as of this time (epoch seconds) instead of the clock.",
         show_default=False)] = None):
-    """Archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old archives
-    (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""
+    """Return tasks whose claim lease expired to pending (in every room, by the hub's
+    clock), archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old
+    archives (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""
     with progress("reaping: judging rooms", quiet=s.json, unit="rooms") as step:
         r = s.hub.reap(now, progress=step)
-    s.emit(r, f"archived: {', '.join(r['archived']) or 'none'}; "
+    tasks = [f"{t['room']}#{t['id']} ({t['state']})" for t in r["reaped"]]
+    s.emit(r, f"reaped tasks: {', '.join(tasks) or 'none'}; "
+              f"archived: {', '.join(r['archived']) or 'none'}; "
               f"destroyed: {', '.join(r['destroyed']) or 'none'}")
 
 

@@ -83,6 +83,8 @@ def list_(s: Scope,
 def show(s: Scope, task_id: Id):
     """One task: its header, then its instructions."""
     t = s.room.task(task_id)
+    lease = s.room.lease(task_id)
+    t["lease"] = lease
 
     def human():
         print(f"task {t['id']}: {paint(t['title'], 'bold')}")
@@ -91,6 +93,11 @@ def show(s: Scope, task_id: Id):
             v = t.get(k)
             if v not in ("", [], 0, None) or k in ("state", "priority"):
                 print(f"  {k + ':':<12} {', '.join(v) if isinstance(v, list) else v}")
+        if lease["until"]:
+            print(f"  {'lease:':<12} {'expired' if lease['expired'] else 'held'} "
+                  f"{'at' if lease['expired'] else 'until'} {_utc(lease['until'])}"
+                  + (" (anyone may reap it: gitdrop task reap " + str(t["id"]) + ")"
+                     if lease["expired"] else ""))
         if t["body"].strip():
             print()
             print(t["body"].rstrip("\n"))
@@ -183,6 +190,26 @@ def answer(s: Scope, task_id: Id, text: Annotated[str, typer.Argument(help="The 
 def cancel(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason")] = ""):
     """Cancel a task (creator or lead)."""
     _move(s, task_id, "cancel", note=reason)
+
+
+@command(task_app, "renew")
+def renew(s: Scope, task_id: Id, for_: Annotated[Optional[int], typer.Option(
+        "--for", metavar="SECONDS", help="Hold it this long from now (default: the room's "
+        "task_lease; at most its max_task_lease).", show_default=False)] = None):
+    """Renew the lease on your task (any act of yours in the room renews it too)."""
+    _move(s, task_id, "renew", lease=for_ or 0)
+
+
+@command(task_app, "reap")
+def reap(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason")] = ""):
+    """Return a task whose lease has expired to pending (anyone; counts as a retry,
+    and past max_retries it fails)."""
+    _move(s, task_id, "reap", note=reason)
+
+
+def _utc(t: int) -> str:
+    import time
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
 
 
 @command(task_app, "sign")

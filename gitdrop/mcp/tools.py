@@ -542,12 +542,14 @@ class ToolBox:
                     assigned_to: str = "", result: str = "") -> TaskMove:
         """Move a task to a status (or reassign it).
 
-        status: assigned, in_progress, review, completed, failed, blocked or cancelled
+        status: assigned, in_progress, review, completed, failed, blocked, cancelled; or renew (your lease), reap (an expired one)
         assigned_to: the new assignee
         result: note or reason
         """
         me = self.me(agent_name)
         tid = _int_id(task_id, "task_id")
+        if status in ("renew", "reap"):
+            return _move(self.room.move_task(me, tid, status, note=result))
         if not status:
             if not assigned_to:
                 raise UsageError("nothing to change", "pass status and/or assigned_to")
