@@ -740,7 +740,7 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
         if ctx.now < ends:
             seen = f", last act {ctx.now - last}s ago" if last else ""
             _refuse("task-lease", c, f"task {tid} is held by {old['assignee'] or 'nobody'} "
-                    f"until {_utc(ends)} ({ends - ctx.now}s from the hub's clock{seen}); a "
+                    f"until {when_utc(ends)} ({ends - ctx.now}s from the hub's clock{seen}); a "
                     "reap needs an expired lease", "wait until it expires (any act of the "
                     "assignee in the room renews it)")
         return
@@ -750,10 +750,6 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
             _refuse("task-lease", c, f"the lease runs {new['lease_until'] - base}s; the room "
                     f"allows {s['max_task_lease']}s", f"set lease_until at most "
                     f"{s['max_task_lease']}s ahead (gitdrop task renew ID --for SECONDS)")
-
-
-def _utc(t: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
 
 
 _MOVE_CHECKS = {"assign": _move_assign, "claim": _move_claim, "start": _move_start,
