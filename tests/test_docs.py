@@ -29,7 +29,7 @@ import sys
 
 import pytest
 
-from test_readme import TOUR_FROM, TOUR_TO, expectation, statements
+from test_readme import TOUR_FROM, TOUR_TO, checked, statements
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT)
@@ -109,16 +109,7 @@ def block_script(page: str, line: int, body: str) -> str:
         out.append(f"{pre} >/dev/null || {{ echo {shlex.quote('preamble failed: ' + pre)} "
                    f">&2; exit 97; }}")
     for n, s in enumerate(statements(body)):
-        rc, prints = expectation(s)
-        first = shlex.quote(s.splitlines()[0])
-        if prints is None:
-            out.append(f"{s}\nrc=$?")
-        else:
-            out.append(f"got=$(\n{s}\n)\nrc=$?\n"
-                       f"[ \"$got\" = {shlex.quote(prints)} ] || {{ echo \"{where} "
-                       f"command {n + 1} printed $got, not {prints}: \"{first} >&2; exit 98; }}")
-        out.append(f"[ $rc -eq {rc} ] || {{ echo \"{where} command {n + 1} exited $rc, "
-                   f"not {rc}: \"{first} >&2; exit 99; }}")
+        out.append(checked(s, f"{where} command {n + 1}"))
     return "\n".join(out) + "\necho DOCS-BLOCK-DONE\n"
 
 

@@ -57,21 +57,26 @@ def expectation(stmt: str) -> tuple[int, str | None]:
     return (int(m.group(1)) if m else 0), (p.group(1) if p else None)
 
 
+def checked(stmt: str, where: str) -> str:
+    """`stmt` in bash, followed by the check of its exit code (and of what it
+    prints, where the block says so); `where` names it in the failure."""
+    rc, prints = expectation(stmt)
+    first = shlex.quote(stmt.splitlines()[0])
+    if prints is None:
+        out = [f"{stmt}\nrc=$?"]
+    else:
+        out = [f"got=$(\n{stmt}\n)\nrc=$?\n"
+               f"[ \"$got\" = {shlex.quote(prints)} ] || {{ echo \"{where} printed $got, "
+               f"not {prints}: \"{first} >&2; exit 98; }}"]
+    out.append(f"[ $rc -eq {rc} ] || {{ echo \"{where} exited $rc, not {rc}: \"{first} >&2; "
+               "exit 99; }")
+    return "\n".join(out)
+
+
 def script(stmts: list[str]) -> str:
     """One bash session; each statement is checked right after it runs."""
-    out = []
-    for n, s in enumerate(stmts):
-        rc, prints = expectation(s)
-        quoted = shlex.quote(s.splitlines()[0])
-        if prints is None:
-            out.append(f"{s}\nrc=$?")
-        else:
-            out.append(f"got=$(\n{s}\n)\nrc=$?\n"
-                       f"[ \"$got\" = {shlex.quote(prints)} ] || {{ echo \"README step {n} "
-                       f"printed $got, not {prints}: \"{quoted} >&2; exit 98; }}")
-        out.append(f"[ $rc -eq {rc} ] || {{ echo \"README step {n} exited $rc, not {rc}: "
-                   f"\"{quoted} >&2; exit 99; }}")
-    return "\n".join(out) + "\necho README-TOUR-DONE\n"
+    return "\n".join(checked(s, f"README step {n}") for n, s in enumerate(stmts)) + \
+        "\necho README-TOUR-DONE\n"
 
 
 def test_readme_opens_with_the_two_setup_commands():
