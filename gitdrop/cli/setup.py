@@ -20,6 +20,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, command, sub_app
+from .tools import Tools   # the MCP server's tool profiles, one enum for serve and install
 from ..errors import GitdropError, NotFound, Refusal, UsageError
 
 app = typer.Typer(add_completion=False)
@@ -36,12 +37,6 @@ class ClientName(str, enum.Enum):
 class ScopeName(str, enum.Enum):
     project = "project"
     user = "user"
-
-
-class Profile(str, enum.Enum):
-    agent = "agent"
-    lead = "lead"
-    all = "all"
 
 
 @dataclass(frozen=True)
@@ -329,9 +324,9 @@ def _where(client: ClientName, scope: Optional[ScopeName], project: Optional[str
 @command(mcp_app, "install")
 def mcp_install(s: Scope, client: ClientOpt,
                 scope: ScopeOpt = None,
-                tools: Annotated[Profile, typer.Option(
+                tools: Annotated[Tools, typer.Option(
                     "--tools", help="Which tools the server offers: agent, lead (reviewers "
-                    "and leads) or all.")] = Profile.agent,
+                    "and leads) or all.")] = Tools.agent,
                 name: NameOpt = "gitdrop",
                 project: ProjectOpt = None,
                 print_: Annotated[bool, typer.Option(
@@ -460,9 +455,4 @@ def http(s: Scope,
                + ("; fetches need none (--anonymous-read)" if anonymous_read else ""))
         s.note(f"clone: git clone -b rooms/{s.room_name} http://TEAM%2FNAME:PASSWORD@"
                f"{httpd.url_host(host)}:{srv.server_port}/{app_.name}   (Ctrl-C stops)")
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
+    httpd.run(srv)

@@ -311,6 +311,16 @@ def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
                          "pick another --port (0: any free one) or --host") from None
 
 
+def run(srv) -> None:
+    """Serve until Ctrl-C, then close the socket."""
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m gitdrop.transports.httpd", description=__doc__.split("\n")[0])
     p.add_argument("hub")
@@ -336,12 +346,7 @@ def main(argv=None) -> int:
         return e.exit_code
     print(f"serving {srv.get_app().hub} at http://{url_host(a.host)}:{srv.server_port}/"
           f"{srv.get_app().name}", flush=True)
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
+    run(srv)
     return 0
 
 
