@@ -4,7 +4,7 @@ and the notifier call these; each write is one commit checked by the rules."""
 import os
 import time
 
-from . import events, fmt, machine, model
+from . import deps, events, fmt, machine, model
 from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
@@ -177,13 +177,15 @@ class Room:
 
     # --- agents ----------------------------------------------------------------
     def register(self, agent_id: str, roles=(), description: str = "", key: str = "",
-                 new_only: bool = False) -> dict:
+                 new_only: bool = False, caps=None) -> dict:
         """Join the room, or update one's roles and description. new_only: refuse if
         the agent exists, decided inside the compare-and-swap loop (two sessions
         registering one new name at once: exactly one joins, the other changes nothing)."""
         model.check_agent_id(agent_id)
         roles = [r.strip() for r in roles if r.strip()]
-        key = self._keyed(key, "register", agent_id, roles, description)
+        caps = None if caps is None else list(dict.fromkeys(c.strip() for c in caps if c.strip()))
+        key = self._keyed(key, "register", agent_id, roles, description,
+                          *((caps,) if caps is not None else ()))
         if "lead" in roles:
             if self.lead_claim is None:
                 raise UsageError("the lead role is given by the hub's team registry, which "
@@ -198,14 +200,15 @@ class Room:
                                f"ask the hub's owner for its token (gitdrop token {agent_id})")
             if old is not None:  # an upsert: roles and description change in place
                 new = dict(old, roles=roles or old["roles"],
-                           description=description or old["description"], last_seen=now)
+                           description=description or old["description"], last_seen=now,
+                           caps=old["caps"] if caps is None else caps)
                 return ({model.agent_path(agent_id): render_file("agent", new)},
                         self._msg(f"{model.short(agent_id)} updated its profile", "", "status"),
                         {"agent": agent_id, "updated": True})
             doc = model.with_defaults("agent", {"id": agent_id, "roles": roles,
                                                 "description": description,
                                                 "registered": now, "last_seen": now,
-                                                "cursor": tip})
+                                                "cursor": tip, "caps": caps or []})
             return ({model.agent_path(agent_id): render_file("agent", doc)},
                     self._msg(f"{model.short(agent_id)} joined {self.name}"
                               + (f" as {', '.join(roles)}" if roles else ""), description,
@@ -275,7 +278,8 @@ class Room:
                         "last_seen": a["last_seen"], "last_act": last,
                         "tasks": holding.get(a["id"], []),
                         "last_claimed": claimed.get(a["id"], ""),
-                        "last_completed": str(completed.get(a["id"], ("",))[0])})
+                        "last_completed": str(completed.get(a["id"], ("",))[0]),
+                        "caps": a["caps"]})
         return out
 
     def _last_acts(self, view, ids, limit: int = 5000):
@@ -326,13 +330,15 @@ class Room:
         """`moving`: the caller moves the cursor past whatever is found, so a walk
         that finds something is never asked for again and is not memoized."""
         lead = view.is_lead(agent)
+        me = view.agent(agent)
+        caps = tuple(me["caps"]) if me else ()
         reader = self.store.reader
         # What concerns the agent between its cursor and a tip T is memoized by
         # commit ids (store.Reader.walks, kept between processes): an agent that
         # nothing concerns never moves its cursor, and would walk back to it on
         # every call. Only the walk from the tip down to T is new work.
         memo = getattr(reader, "walks", None)
-        key = ("inbox", agent, cursor, lead)
+        key = ("inbox", agent, cursor, lead) + caps
         got = memo.get(key) if memo is not None else None
         found = []  # "oid:how", newest first
         for c in first_parent_walk(reader, view.commit):
@@ -343,7 +349,7 @@ class Room:
                 break
             if c.author == agent:
                 continue
-            how = events.concerns(events.event(reader, c), agent, lead)
+            how = events.concerns(events.event(reader, c), agent, lead, caps)
             if how:
                 found.append(f"{c.oid}:{how}")
         if memo is not None and len(found) <= 500 and not (moving and found):
@@ -439,10 +445,17 @@ class Room:
 
     def create_task(self, agent: str, title: str, body: str = "", assignee: str = "",
                     priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
-                    project: str = "", reviewer: str = "", key: str = "") -> dict:
+                    project: str = "", reviewer: str = "", key: str = "", after=(),
+                    requires=(), parent: str = "") -> dict:
+        """`after`: ids of tasks this one waits on; `requires`: capabilities its
+        assignee must have; `parent`: the task it is part of."""
         agent = self.resolve(agent)
+        after = [str(a).lstrip("#") for a in after if str(a).strip()]
+        requires = [r for r in requires if r]
+        parent = str(parent or "").lstrip("#")
         key = self._keyed(key, "task-create", title, body, assignee, priority, list(tags),
-                          handshake, max_retries, project, reviewer)
+                          handshake, max_retries, project, reviewer,
+                          *((after, requires, parent) if after or requires or parent else ()))
 
         def build(view, tip):
             tid = str(self._next_id(view, view.task_ids()))
@@ -454,7 +467,8 @@ class Room:
                 "state": "assigned" if who else "pending", "assignee": who, "reviewer": rev,
                 "priority": int(priority), "tags": [t for t in tags if t], "project": project,
                 "max_retries": view.settings["max_retries"] if max_retries is None else int(max_retries),
-                "handshake": int(handshake or 0), "created": now, "updated": now})
+                "handshake": int(handshake or 0), "created": now, "updated": now,
+                "after": after, "requires": requires, "parent": parent})
             subject = f"task {tid} created by {model.short(agent)}: {_subject_text(title)}"
             if who:
                 subject = f"task {tid} created and assigned to {model.short(who)}: {_subject_text(title, 40)}"
@@ -565,7 +579,9 @@ class Room:
         if t["state"] not in machine.MOVES["reap"][0]:
             return {"until": 0, "last_act": 0, "expired": False}
         until, last = rules.lease_expiry(self.store.reader, view.settings, t, view.commit, now)
-        return {"until": until, "last_act": last, "expired": now >= until}
+        waiting = deps.waiting_on(deps.lookup(view), t)  # a waiting task is not abandoned
+        return {"until": until, "last_act": last, "expired": now >= until and not waiting,
+                "waiting_on": waiting}
 
     def reap_leases(self, agent: str = "hub/reaper") -> list[dict]:
         """Reap every task whose lease has expired (by the clock); the rules judge
@@ -582,20 +598,27 @@ class Room:
         return out
 
     def task(self, task_id) -> dict:
-        doc = self.view().task(str(task_id).lstrip("#"))
+        view = self.view()
+        doc = view.task(str(task_id).lstrip("#"))
         if doc is None:
             raise NotFound(f"no task {task_id} in room {self.name!r}", "gitdrop task list")
-        return dict(doc[0], body=doc[1])
+        tasks = deps.lookup(view)
+        return dict(doc[0], body=doc[1], waiting_on=deps.waiting_on(tasks, doc[0]),
+                    blocked_by=deps.blocked_by(tasks, doc[0]))
 
     def list_tasks(self, state: str = "", assignee: str = "", tag: str = "", project: str = "",
-                   include_done: bool = False) -> list[dict]:
+                   include_done: bool = False, able: str = "") -> list[dict]:
+        """Tasks by state, assignee, tag and project; `able`: only those that agent
+        has the required capabilities for. Each carries `waiting_on` (dependencies
+        not completed) and `blocked_by` (a dependency that failed or was cancelled)."""
         view = self.view()
         if assignee and assignee != "none":
             assignee = self.resolve(assignee, view)
+        caps = self._caps(view, able) if able else None
+        tasks = deps.lookup(view)
         states = {s.strip() for s in state.split(",") if s.strip()}
         out = []
-        for tid in view.task_ids():
-            t = view.task(tid)[0]
+        for t in self._headers(view):
             if states and t["state"] not in states:
                 continue
             if not states and not include_done and t["state"] in machine.TERMINAL:
@@ -606,9 +629,61 @@ class Room:
                 continue
             if project and t["project"] != project:
                 continue
-            out.append(t)
+            if caps is not None and deps.missing_caps(caps, t):
+                continue
+            out.append(dict(t, waiting_on=deps.waiting_on(tasks, t),
+                            blocked_by=deps.blocked_by(tasks, t)))
         out.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
         return out
+
+    @staticmethod
+    def _headers(view) -> list[dict]:
+        return [view.task(tid)[0] for tid in view.task_ids()]
+
+    def _caps(self, view, agent: str) -> list[str]:
+        a = view.agent(self.resolve(agent, view))
+        return a["caps"] if a else []
+
+    def ready(self, agent: str, tag: str = "", limit: int = 20) -> list[dict]:
+        """The tasks `agent` may take now, best first (see deps.ready)."""
+        agent = self.resolve(agent)
+        view = self.view()
+        got = deps.ready(deps.lookup(view), self._headers(view), agent,
+                         self._caps(view, agent), tag)
+        return got[:limit] if limit else got
+
+    def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:
+        """Claim the best ready task for `agent`: {"task": id, "claimed": True, ...};
+        its own assigned task if it has one ready ({"claimed": False}); {"task": ""}
+        when nothing is ready. Under a race each task has exactly one winner: a lost
+        claim is refused by the rules and the next best is tried."""
+        agent = self.resolve(agent)
+        lost = set()
+        for _ in range(tries):
+            best = [t for t in self.ready(agent, tag, limit=0) if str(t["id"]) not in lost]
+            if not best:
+                return {"task": "", "id": "", "claimed": False, "lost": len(lost)}
+            t = best[0]
+            if t["assignee"] == agent:
+                return {"task": str(t["id"]), "id": str(t["id"]), "claimed": False,
+                        "state": t["state"], "title": t["title"], "lost": len(lost)}
+            try:
+                got = self.move_task(agent, t["id"], "claim")
+            except Refusal as e:
+                if e.rule not in ("task-state-machine", "task-dependency"):
+                    raise
+                lost.add(str(t["id"]))  # someone else won it, or it stopped being ready
+                continue
+            return dict(got, claimed=True, title=t["title"], lost=len(lost))
+        raise Conflict(f"{tries} ready tasks were taken by others first",
+                       "try again (gitdrop ready --claim)")
+
+    def graph(self, root: str = "") -> dict:
+        view = self.view()
+        root = str(root or "").lstrip("#")
+        if root and view.task(root) is None:
+            raise NotFound(f"no task {root} in room {self.name!r}", "gitdrop task list")
+        return deps.graph(deps.lookup(view), self._headers(view), root)
 
     # --- handshakes ----------------------------------------------------------
     def start_handshake(self, agent: str, plan: str, targets=(), key: str = "") -> dict:

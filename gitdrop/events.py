@@ -16,6 +16,7 @@ NOTICE_OPS = {
     "task-reap": "reaped", "handshake-start": "targets", "handshake-ack": "go",
 }
 LEADS = "@leads"
+ABLE = "@able:"   # + required capabilities: every agent that has them
 
 
 def op_of(reader, c: CommitData) -> tuple[str, str]:
@@ -71,11 +72,29 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
         except ValueError:
             was = ""
         return [x for x in dict.fromkeys((was, doc["creator"])) if x]
+    if op == "task-approve":
+        return ([doc[who]] if doc.get(who) else []) + _dependents(reader, c, str(doc["id"]))
     if who == "reviewer":
         if doc["reviewer"]:
             return [doc["reviewer"]]
         return [LEADS]
     return [doc[who]] if doc.get(who) else []
+
+
+def _dependents(reader, c: CommitData, tid: str) -> list[str]:
+    """Who to wake when task `tid` completes: the assignees of the tasks waiting on
+    it that are now ready, and for an unassigned one everyone able to take it."""
+    from . import deps
+    from .view import RoomView
+    view = RoomView(reader, c.tree, c.oid)
+    tasks, out = deps.lookup(view), []
+    for other in view.task_ids():
+        t = tasks(other)
+        if t is None or tid not in t["after"] or t["state"] not in ("pending", "assigned") \
+                or deps.waiting_on(tasks, t):
+            continue
+        out.append(t["assignee"] if t["assignee"] else ABLE + ",".join(t["requires"]))
+    return list(dict.fromkeys(out))
 
 
 _MEMO: dict[str, dict] = {}
@@ -112,9 +131,10 @@ def _key(path: str, prefix: str) -> str:
     return path[len(prefix):-3] if path.startswith(prefix) else ""
 
 
-def concerns(ev: dict, agent_id: str, lead) -> str:
+def concerns(ev: dict, agent_id: str, lead, caps=()) -> str:
     """How an event reaches an agent ("to", "cc", "team", "all", "lead", "notice") or "".
-    `lead` may be a function, asked only where the answer depends on it."""
+    `lead` and `caps` (the agent's capabilities) may be functions, asked only where
+    the answer depends on them."""
     if ev["from"] == agent_id:
         return ""
     if ev["op"] == "send":
@@ -122,6 +142,11 @@ def concerns(ev: dict, agent_id: str, lead) -> str:
     targets_ = ev.get("for", [])
     if agent_id in targets_ or (LEADS in targets_ and (lead() if callable(lead) else lead)):
         return "notice"
+    for t in targets_:
+        if t.startswith(ABLE):
+            have = set(caps() if callable(caps) else caps)
+            if all(x in have for x in t[len(ABLE):].split(",") if x):
+                return "notice"
     return ""
 
 

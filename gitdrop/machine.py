@@ -39,7 +39,8 @@ MOVES = {
     "cancel":  (OPEN, "cancelled", ("creator", "lead"), ()),
     "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
     "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
-                ("title", "priority", "tags", "project", "reviewer", "max_retries", "body")),
+                ("title", "priority", "tags", "project", "reviewer", "max_retries", "body",
+                 "after", "requires", "parent")),
     "renew":   (("assigned", "in_progress"), "same", ("assignee",), ("lease_until",)),
 }
 

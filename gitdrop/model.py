@@ -211,11 +211,11 @@ TASK_FIELDS = {
     "reviewer": "", "priority": 0, "tags": [], "project": "", "retries": 0,
     "max_retries": 3, "handshake": 0, "signoffs": [], "resume": "",
     "question": "", "answer": "", "note": "", "created": 0, "updated": 0,
-    "lease_until": 0,
+    "lease_until": 0, "after": [], "parent": "", "requires": [],
 }
 AGENT_FIELDS = {
     "id": "", "roles": [], "description": "", "status": "", "registered": 0,
-    "last_seen": 0, "cursor": "",
+    "last_seen": 0, "cursor": "", "caps": [],
 }
 HANDSHAKE_FIELDS = {
     "id": 0, "initiator": "", "targets": [], "acks": [], "status": "pending", "created": 0,

@@ -400,16 +400,23 @@ class Notifier:
             if not view:
                 view.append(self.store.view(room, tip))
             return view[0].is_lead(agent)
+
+        def caps_of(agent):
+            if not view:
+                view.append(self.store.view(room, tip))
+            me = view[0].agent(agent)
+            return me["caps"] if me else []
         out = []
         for s in pending:
             commits = walked[:found.get(s.base, len(walked))]
             lead = functools.cache(functools.partial(is_lead, s.agent))  # asked at most once
+            caps = functools.cache(functools.partial(caps_of, s.agent))
             evs = []
             for c in reversed(commits):
                 if c.author == s.agent:
                     continue
                 ev = events.event(reader, c)  # worked out once per commit, then a copy
-                how = events.concerns(ev, s.agent, lead)
+                how = events.concerns(ev, s.agent, lead, caps)
                 if how:
                     evs.append(dict(ev, via=how, room=room))
             out.append((s, evs))

@@ -10,7 +10,7 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 import bisect
 import time
 
-from . import fmt, machine, model
+from . import deps, fmt, machine, model
 from .errors import Refusal
 from .view import Change, RoomView, first_parent_walk, parse_file  # noqa: F401 (Change: re-export)
 
@@ -247,9 +247,18 @@ def _check_register(before, c, changes, ctx, op):
     new = _doc(c, ch, "new")[0]
     if new["id"] != ch.key:
         _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")
+    _check_agent_caps(before, c, new)
     if new["cursor"] != c.parent:
         _refuse("format", c, "a new agent's cursor must be the room tip it registered at "
                 f"({c.parent[:12]})", "set cursor to the parent commit's id")
+
+
+def _check_agent_caps(before, c, agent):
+    caps = agent["caps"]
+    bad = next((x for x in caps if model.NAME_RE.problem(x)), None)
+    if bad is not None or len(set(caps)) != len(caps) or len(caps) > before.settings["max_tags"]:
+        _refuse("format", c, f"capabilities {caps!r}: each a name (letters, digits, . _ -), "
+                f"no repeats, at most {before.settings['max_tags']}", "fix the caps list")
 
 
 def _check_deregister(before, c, changes, ctx, op):
@@ -270,11 +279,13 @@ def _check_agent_update(before, c, changes, ctx, op):
                 "agents change only their own file")
     old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
     allowed = {"read": {"cursor"}, "ping": {"last_seen"},
-               "status": {"status", "last_seen", "roles", "description"}}[op]
+               "status": {"status", "last_seen", "roles", "description", "caps"}}[op]
     bad = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in allowed)
     if bad:
         _refuse("one-operation", c, f"{op} may change only {', '.join(sorted(allowed))}, "
                 f"not {', '.join(bad)}", "make one commit per operation")
+    if new["caps"] != old["caps"]:
+        _check_agent_caps(before, c, new)
     if op == "read" and old["cursor"] != new["cursor"]:
         _check_cursor(before, c, old["cursor"], new["cursor"], ctx)
 
@@ -500,6 +511,50 @@ def _check_task_create(before, c, changes, ctx, op):
     if t["handshake"] and before.handshake(t["handshake"]) is None:
         _refuse("handshake-go", c, f"handshake {t['handshake']} does not exist",
                 "start the handshake first, or leave handshake = 0")
+    _check_deps(before, c, None, t, ch.key)
+    if t["assignee"]:
+        _check_caps(before, c, t, t["assignee"])
+
+
+def _check_deps(before, c, old, new, tid):
+    """`after`, `requires` and `parent` of a new or edited task."""
+    s = before.settings
+    if old is not None and all(old[k] == new[k] for k in ("after", "requires", "parent")):
+        return
+    if len(new["requires"]) > s["max_tags"]:
+        _refuse("size-limit", c, f"{len(new['requires'])} required capabilities; the room "
+                f"allows {s['max_tags']}", "")
+    why = deps.problem(deps.lookup(before), tid, new["after"], new["requires"])
+    if why:
+        _refuse("task-dependency", c, why, "list only existing tasks in after, with no "
+                "cycle (gitdrop task graph shows the graph)")
+    if new["parent"] and (new["parent"] == tid or before.task(new["parent"]) is None):
+        _refuse("task-dependency", c, f"parent task {new['parent']} does not exist",
+                "give an existing task as parent, or leave parent empty")
+
+
+def _check_waiting(before, c, task, tid, move):
+    tasks = deps.lookup(before)
+    waiting = deps.waiting_on(tasks, task)
+    if waiting:
+        blocked = deps.blocked_by(tasks, task)
+        _refuse("task-dependency", c, f"task {tid} waits on task{'s' * (len(waiting) > 1)} "
+                f"{', '.join(waiting)}, not completed yet" + (f" ({blocked})" if blocked else "")
+                + f"; it cannot {move} before", "take a ready task instead (gitdrop ready)"
+                if not blocked else "retry or replace the failed dependency, or edit after")
+
+
+def _check_caps(before, c, task, agent_id):
+    need = task["requires"]
+    if not need:
+        return
+    agent = before.agent(agent_id)
+    missing = deps.missing_caps(agent["caps"] if agent else [], task)
+    if missing:
+        _refuse("task-capability", c, f"task {task['id']} requires {', '.join(need)}; "
+                f"{agent_id} lacks {', '.join(missing)}", "give it to an agent that declared "
+                "those capabilities (gitdrop who shows them; an agent declares them with "
+                "gitdrop register --cap)")
 
 
 def _known_agent(before, c, agent_id):
@@ -610,6 +665,7 @@ def _who_fix(before, move, who, task):
 
 def _move_assign(before, c, old, new, tid):
     _known_agent(before, c, new["assignee"])
+    _check_caps(before, c, old, new["assignee"])
     if new["signoffs"]:
         _refuse("dual-sign", c, "assigning clears the sign-offs", "set signoffs = []")
 
@@ -618,9 +674,12 @@ def _move_claim(before, c, old, new, tid):
     if new["assignee"] != c.author:
         _refuse("task-state-machine", c, f"a claim assigns the task to its author ({c.author})",
                 f"set assignee = \"{c.author}\"")
+    _check_caps(before, c, old, c.author)
+    _check_waiting(before, c, old, tid, "be claimed")
 
 
 def _move_start(before, c, old, new, tid):
+    _check_waiting(before, c, old, tid, "start")
     hid = old["handshake"]
     if hid:
         hs = before.handshake(hid)
@@ -658,6 +717,7 @@ def _move_retry(before, c, old, new, tid):
         _refuse("task-state-machine", c, f"task {tid} has used its {old['max_retries']} "
                 "retries", "cancel it or create a new task")
     _known_agent(before, c, new["assignee"])
+    _check_caps(before, c, old, new["assignee"])
 
 
 def _move_block(before, c, old, new, tid):
@@ -698,6 +758,7 @@ def _move_edit(before, c, old, new, tid):
         _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters", "")
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
+    _check_deps(before, c, old, new, tid)
 
 
 def _move_reap(before, c, old, new, tid):
@@ -718,14 +779,16 @@ def lease_expiry(reader, settings: dict, task: dict, tip: str, now: int) -> tupl
     runs to the later of its `lease_until` and the room's task_lease after the
     last act in the room of the assignee, or of any task move of this task; an
     act's date counts no later than `now` (the hub's clock). The walk reads back
-    only as far as such an act could still matter."""
+    only as far as such an act could still matter. The completion of a dependency
+    renews it too: a task that waited was not abandoned."""
     lease, skew = settings["task_lease"], settings["clock_skew"]
-    who, tid, last = task["assignee"], str(task["id"]), 0
+    who, tid, last, after = task["assignee"], str(task["id"]), 0, task["after"]
     for h in first_parent_walk(reader, tip):
         if h.time < now - lease - skew:
             break
         if (who and h.author == who) or \
-                (h.op.startswith("task-") and fmt.trailer(h.trailers, "task") == tid):
+                (h.op.startswith("task-") and fmt.trailer(h.trailers, "task") == tid) or \
+                (after and h.op == "task-approve" and fmt.trailer(h.trailers, "task") in after):
             last = min(h.time, now)
             break
     return max(task["lease_until"], last + lease if last else 0), last
@@ -736,6 +799,10 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
     if move == "reap":
         if ctx.now is None:
             return   # re-validating history: whether it had expired was the hub's call
+        waiting = deps.waiting_on(deps.lookup(before), old)
+        if waiting:
+            _refuse("task-lease", c, f"task {tid} waits on {', '.join(waiting)}; its lease "
+                    "runs from when they complete", "leave it: it is waiting, not abandoned")
         ends, last = lease_expiry(ctx.reader, s, old, c.parent, ctx.now)
         if ctx.now < ends:
             seen = f", last act {ctx.now - last}s ago" if last else ""

@@ -20,7 +20,7 @@ def test_kill_nine_at_random_moments(tmp_path):
     bench_kill.make_hub(hub, grace=0.3)
     # Writers pause up to 30 ms between writes: back to back, the optimistic write
     # loop can lose 20 races in a row with or without a kill (bench_kill.py's note).
-    s = bench_kill.Run(hub, seed=7, pause=0.03, inflight=1).go(core=50, cli=30, mcp=8,
+    s = bench_kill.Run(hub, seed=7, pause=0.03, inflight=1).go(core=65, cli=30, mcp=8,
                                                                tools=25)
     report = bench_kill.summary(s)
     print(report)

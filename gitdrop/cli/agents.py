@@ -38,8 +38,11 @@ def register(s: Scope,
                  "--role", "-r", help="A role (repeat, or a comma list): lead, coder, ...")] = None,
              team: Annotated[Optional[str], typer.Option(
                  "--team", "-t", help="The agent's team.")] = None,
-             description: Annotated[str, typer.Option("--description", "-d")] = ""):
-    """Join the room as an agent (or update your roles and description)."""
+             description: Annotated[str, typer.Option("--description", "-d")] = "",
+             cap: Annotated[Optional[list[str]], typer.Option(
+                 "--cap", help="A capability (repeat, or a comma list): tasks that require it "
+                 "can go to you; re-registering with --cap replaces the list.")] = None):
+    """Join the room as an agent (or update your roles, description and capabilities)."""
     if "/" in name:
         if team and name.split("/", 1)[0] != team:
             raise UsageError(f"{name} is not in team {team}", "give team/name or --team, not both")
@@ -53,7 +56,8 @@ def register(s: Scope,
     # The lead role is the team registry's to give: that needs the hub, not the
     # lean store of a short command.
     room = s.hub.room(s.room_name) if "lead" in roles else s.room
-    r = room.register(agent, roles, description)
+    r = room.register(agent, roles, description,
+                      caps=split_list(cap) if cap is not None else None)
     line = (f"{agent} updated in {s.room_name}" if r.get("updated") else
             f"{agent} joined {s.room_name}" + (f" as {', '.join(roles)}" if roles else ""))
     if s.agent_value != agent:
@@ -78,11 +82,14 @@ def who(s: Scope):
         if not agents:
             print(f"nobody is registered in {s.room_name} yet (gitdrop register team/name)")
             return
-        table(["agent", "roles", "status", "health", "last act", "holds", "claimed", "completed"],
-              [(a["agent"], ", ".join(a["roles"]), a["status"][:40],
-                (a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
-                ago(a["last_act"]), ", ".join(a["tasks"]) or "-", a["last_claimed"] or "-",
-                a["last_completed"] or "-") for a in agents])
+        caps = any(a.get("caps") for a in agents)   # a column only when someone has some
+        rows = [(a["agent"], ", ".join(a["roles"])) + ((", ".join(a["caps"]) or "-",) * caps)
+                + (a["status"][:40],
+                   (a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
+                   ago(a["last_act"]), ", ".join(a["tasks"]) or "-", a["last_claimed"] or "-",
+                   a["last_completed"] or "-") for a in agents]
+        table(["agent", "roles"] + ["caps"] * caps + ["status", "health", "last act", "holds",
+                                                      "claimed", "completed"], rows)
     s.emit({"room": s.room_name, "agents": agents}, show)
 
 

@@ -30,6 +30,7 @@ COMMANDS = {
     "history": ("agents", False, "Agents and messages"),
     "log": ("agents", False, "Agents and messages"),
     "task": ("task", True, "Work"),
+    "ready": ("task", False, "Work"),
     "handshake": ("plan", True, "Work"),
     "contract": ("plan", True, "Work"),
     "context": ("plan", True, "Work"),

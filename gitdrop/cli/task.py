@@ -9,6 +9,7 @@ from .base import Scope, command, paint, read_text, short_id, split_list, sub_ap
 from ..errors import UsageError
 
 task_app = sub_app("task", "Tasks: create, list, show, and move them through their states.")
+app = typer.Typer(add_completion=False)   # top-level: gitdrop ready
 
 Id = Annotated[str, typer.Argument(help="The task's id.", metavar="ID", show_default=False)]
 Reason = Annotated[str, typer.Option("--reason", help="Why (required).", show_default=False)]
@@ -37,6 +38,14 @@ def create(s: Scope,
                show_default=False)] = None,
            reviewer: Annotated[str, typer.Option("--reviewer", help="Who reviews it.")] = "",
            project: Annotated[str, typer.Option("--project")] = "",
+           after: Annotated[Optional[list[str]], typer.Option(
+               "--after", metavar="ID", help="A task this one waits on: it cannot be claimed "
+               "or started before that one completes (repeat, or a comma list).")] = None,
+           requires: Annotated[Optional[list[str]], typer.Option(
+               "--requires", metavar="CAP", help="A capability its assignee must have "
+               "(repeat, or a comma list; agents declare them with register --cap).")] = None,
+           parent: Annotated[str, typer.Option("--parent", metavar="ID",
+                                               help="The task this one is part of.")] = "",
            key: Annotated[str, typer.Option(
                "--key", help="Idempotency key: a retry with the same key creates one "
                "task (env GITDROP_KEY).")] = ""):
@@ -44,7 +53,9 @@ def create(s: Scope,
     text = read_text(body, body_file, "body")
     r = s.room.create_task(s.agent, title, body=text, assignee=assign, priority=priority,
                            tags=split_list(tag), handshake=handshake, max_retries=max_retries,
-                           project=project, reviewer=reviewer, key=key or s.key)
+                           project=project, reviewer=reviewer, key=key or s.key,
+                           after=split_list(after), requires=split_list(requires),
+                           parent=parent)
     s.note(f"created task {r['id']}" + (f" for {r['assignee']}" if r["assignee"] else "")
            + f" ({r['state']}) [{short_id(r['commit'])}]")
     s.emit(r, r["id"])
@@ -59,6 +70,9 @@ def list_(s: Scope,
           assignee: Annotated[str, typer.Option(
               "--assignee", help="Only this agent's ('none': unassigned).")] = "",
           tag: Annotated[str, typer.Option("--tag")] = "",
+          able: Annotated[str, typer.Option(
+              "--able", metavar="AGENT", help="Only tasks this agent has the required "
+              "capabilities for.")] = "",
           all_: Annotated[bool, typer.Option(
               "--all", help="Include completed and cancelled.")] = False):
     """The room's tasks, highest priority first (done ones hidden unless --all)."""
@@ -67,16 +81,98 @@ def list_(s: Scope,
     if bad:
         raise UsageError(f"unknown state {', '.join(map(repr, bad))}; the states are "
                          + ", ".join(STATES), "e.g. gitdrop task list --state review,blocked")
-    tasks = s.room.list_tasks(state=state, assignee=assignee, tag=tag, include_done=all_)
+    tasks = s.room.list_tasks(state=state, assignee=assignee, tag=tag, include_done=all_,
+                              able=able)
 
     def show():
         if not tasks:
-            print(f"no tasks in {s.room_name}" + (" match" if state or assignee or tag else ""))
+            print(f"no tasks in {s.room_name}" + (" match" if state or assignee or tag or able
+                                                  else ""))
             return
-        table(["id", "state", "prio", "assignee", "title", "tags"],
-              [(t["id"], (t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
-                t["assignee"] or "-", t["title"], ", ".join(t["tags"])) for t in tasks])
+        _task_table(tasks)
     s.emit({"room": s.room_name, "tasks": tasks}, show)
+
+
+def _task_table(tasks) -> None:
+    waits = any(t.get("waiting_on") or t.get("blocked_by") for t in tasks)
+    table(["id", "state", "prio", "assignee", "title", "tags"] + ["waits on"] * waits,
+          [(t["id"], (t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
+            t["assignee"] or "-", t["title"],
+            ", ".join(t["tags"] + ["needs " + r for r in t["requires"]]))
+           + (((f"blocked: {t['blocked_by']}", "red") if t.get("blocked_by") else
+               ", ".join(t.get("waiting_on", ())) or "-",) * waits) for t in tasks])
+
+
+@command(app, "ready")
+def ready(s: Scope,
+          claim_: Annotated[bool, typer.Option(
+              "--claim", help="Claim the best one (exactly one winner per task under a "
+              "race; your own assigned task comes first).")] = False,
+          tag: Annotated[str, typer.Option("--tag", help="Only tasks with this tag.")] = "",
+          limit: Annotated[int, typer.Option("--limit", "-n")] = 20):
+    """The tasks you may take now: yours and pending ones whose dependencies are done and
+    whose required capabilities you have; by priority, then age."""
+    if claim_:
+        r = s.room.claim_next(s.agent, tag=tag)
+        if not r["task"]:
+            s.emit(r, f"nothing is ready for {s.agent} in {s.room_name}")
+            return
+        s.emit(r, (f"claimed task {r['task']}: {r['title']} [{short_id(r['commit'])}]"
+                   if r["claimed"] else f"task {r['task']} is already yours ({r['state']}): "
+                   f"{r['title']}") + f"\nnext: gitdrop task start {r['task']}")
+        return
+    tasks = s.room.ready(s.agent, tag=tag, limit=limit)
+
+    def show():
+        if not tasks:
+            print(f"nothing is ready for {s.agent} in {s.room_name}")
+            return
+        _task_table(tasks)
+    s.emit({"room": s.room_name, "agent": s.agent, "tasks": tasks}, show)
+
+
+@command(task_app, "graph")
+def graph(s: Scope, task_id: Annotated[Optional[str], typer.Argument(
+        help="Only what this task waits on and what waits on it.", metavar="[ID]",
+        show_default=False)] = None,
+          dot: Annotated[bool, typer.Option("--dot", help="Graphviz dot.")] = False):
+    """The dependency graph: each task under the tasks it waits on."""
+    from ..deps import graph_dot, graph_text
+    g = s.room.graph(task_id or "")
+    if dot and not s.json:
+        print(graph_dot(g))
+        return
+    s.emit(dict(g, room=s.room_name), graph_text(g) or f"no tasks in {s.room_name}")
+
+
+@command(task_app, "edit")
+def edit(s: Scope, task_id: Id,
+         title: Annotated[Optional[str], typer.Option("--title", show_default=False)] = None,
+         priority: Annotated[Optional[int], typer.Option("--priority", "-p",
+                                                         show_default=False)] = None,
+         tag: Annotated[Optional[list[str]], typer.Option(
+             "--tag", help="The tags (replaces them; '' for none).", show_default=False)] = None,
+         after: Annotated[Optional[list[str]], typer.Option(
+             "--after", metavar="ID", help="What it waits on (replaces the list; '' for "
+             "nothing).", show_default=False)] = None,
+         requires: Annotated[Optional[list[str]], typer.Option(
+             "--requires", metavar="CAP", help="Required capabilities (replaces them).",
+             show_default=False)] = None,
+         parent: Annotated[Optional[str], typer.Option("--parent", metavar="ID",
+                                                       show_default=False)] = None,
+         reviewer: Annotated[Optional[str], typer.Option("--reviewer",
+                                                         show_default=False)] = None):
+    """Change a task's title, priority, tags, dependencies, required capabilities, parent
+    or reviewer (creator, lead or assignee)."""
+    edits = {k: v for k, v in {"title": title, "priority": priority, "parent": parent,
+                               "reviewer": reviewer}.items() if v is not None}
+    for k, v in (("tags", tag), ("after", after), ("requires", requires)):
+        if v is not None:
+            edits[k] = [x.lstrip("#") for x in split_list(v)]
+    if not edits:
+        raise UsageError("nothing to change", "give --title, --priority, --tag, --after, "
+                         "--requires, --parent or --reviewer")
+    _move(s, task_id, "edit", **edits)
 
 
 @command(task_app, "show")
@@ -88,8 +184,9 @@ def show(s: Scope, task_id: Id):
 
     def human():
         print(f"task {t['id']}: {paint(t['title'], 'bold')}")
-        for k in ("state", "assignee", "reviewer", "creator", "priority", "tags", "handshake",
-                  "retries", "max_retries", "signoffs", "question", "answer", "note", "project"):
+        for k in ("state", "assignee", "reviewer", "creator", "priority", "tags", "requires",
+                  "after", "waiting_on", "blocked_by", "parent", "handshake", "retries",
+                  "max_retries", "signoffs", "question", "answer", "note", "project"):
             v = t.get(k)
             if v not in ("", [], 0, None) or k in ("state", "priority"):
                 print(f"  {k + ':':<12} {', '.join(v) if isinstance(v, list) else v}")

@@ -1,0 +1,187 @@
+"""Tasks that wait on tasks, and who may take what.
+
+A task's `after` lists the tasks it waits on; `requires` the capabilities an
+agent needs to hold it (an agent declares its `caps` when it registers). Blocked
+by a dependency is worked out, not stored: a task whose dependency failed or was
+cancelled shows as blocked with that task's reason, and frees itself the moment
+the dependency is retried and completes. Pure functions over a lookup
+`tasks(id) -> header | None`, read by the rules, the core and the faces alike.
+"""
+
+from . import model
+
+MAX_AFTER = 64   # dependencies one task may list
+
+
+def lookup(view):
+    """`tasks(id) -> header | None` over a RoomView."""
+    return lambda tid: (view.task(tid) or (None,))[0]
+
+
+def problem(tasks, tid: str, after, requires) -> str:
+    """What is wrong with a task's `after` and `requires` ("" if nothing)."""
+    if len(after) > MAX_AFTER:
+        return f"{len(after)} dependencies; a task may wait on at most {MAX_AFTER}"
+    if len(set(after)) != len(after):
+        return "a dependency is listed twice"
+    for d in after:
+        if d == tid:
+            return f"task {tid} cannot wait on itself"
+        if tasks(d) is None:
+            return f"task {tid} waits on task {d}, which does not exist"
+    for cap in requires:
+        why = model.NAME_RE.problem(cap)
+        if why:
+            return f"required capability {cap!r}: {why}"
+    loop = cycle(tasks, tid, after)
+    if loop:
+        return "the dependencies would make a cycle: " + " → ".join(loop)
+    return ""
+
+
+def cycle(tasks, tid: str, after) -> list[str]:
+    """The ids of a cycle that `tid` waiting on `after` would close, or []."""
+    seen, stack = set(), [(d, [tid, d]) for d in after]
+    while stack:
+        cur, path = stack.pop()
+        if cur == tid:
+            return path
+        if cur in seen:
+            continue
+        seen.add(cur)
+        t = tasks(cur)
+        for d in (t or {}).get("after", ()):
+            stack.append((d, path + [d]))
+    return []
+
+
+def waiting_on(tasks, task: dict) -> list[str]:
+    """The dependencies of `task` not yet completed."""
+    out = []
+    for d in task.get("after", ()):
+        t = tasks(d)
+        if t is None or t["state"] != "completed":
+            out.append(d)
+    return out
+
+
+def blocked_by(tasks, task: dict) -> str:
+    """Why `task` cannot go on because of a dependency ("" when none failed): a
+    dependency that failed or was cancelled, with its reason."""
+    for d in task.get("after", ()):
+        t = tasks(d)
+        if t is None:
+            return f"task {d} is gone"
+        if t["state"] in ("failed", "cancelled"):
+            return f"task {d} {t['state']}" + (f": {t['note']}" if t.get("note") else "")
+    return ""
+
+
+def missing_caps(caps, task: dict) -> list[str]:
+    """The capabilities `task` requires that `caps` lacks."""
+    have = set(caps or ())
+    return [c for c in task.get("requires", ()) if c not in have]
+
+
+def ready(tasks, headers, agent: str, caps, tag: str = "") -> list[dict]:
+    """The tasks `agent` may take now, best first: its own assigned tasks, then
+    pending unassigned ones, whose dependencies are completed and whose required
+    capabilities it has (and carrying `tag`, if given); by priority, then age."""
+    out = []
+    for t in headers:
+        mine = t["assignee"] == agent and t["state"] == "assigned"
+        if not (mine or (t["state"] == "pending" and not t["assignee"])):
+            continue
+        if tag and tag not in t["tags"]:
+            continue
+        if missing_caps(caps, t) or waiting_on(tasks, t):
+            continue
+        out.append(t)
+    out.sort(key=lambda t: (t["assignee"] != agent, -t["priority"], t["created"], _num(t["id"])))
+    return out
+
+
+def dependents(headers, tid: str) -> list[dict]:
+    """The tasks that wait on `tid`."""
+    return [t for t in headers if tid in t.get("after", ())]
+
+
+def _num(tid) -> int:
+    return int(tid) if str(tid).isdigit() else 0
+
+
+# --- the graph, for people and tools ----------------------------------------
+
+def graph(tasks, headers, root: str = "") -> dict:
+    """{"nodes": [...], "edges": [[task, waits_on], ...]}: the whole room's graph, or
+    the part connected to `root` (what it waits on and what waits on it)."""
+    headers = list(headers)
+    if root:
+        keep, todo = set(), [root]
+        while todo:   # upstream
+            cur = todo.pop()
+            if cur in keep or tasks(cur) is None:
+                continue
+            keep.add(cur)
+            todo.extend(tasks(cur).get("after", ()))
+        todo = [root]
+        down = set()
+        while todo:   # downstream
+            cur = todo.pop()
+            if cur in down:
+                continue
+            down.add(cur)
+            todo.extend(str(t["id"]) for t in dependents(headers, cur))
+        keep |= down
+        headers = [t for t in headers if str(t["id"]) in keep]
+    headers.sort(key=lambda t: _num(t["id"]))
+    nodes, edges = [], []
+    for t in headers:
+        tid = str(t["id"])
+        nodes.append({"id": tid, "title": t["title"], "state": t["state"],
+                      "assignee": t["assignee"], "waiting_on": waiting_on(tasks, t),
+                      "blocked_by": blocked_by(tasks, t)})
+        edges.extend([tid, d] for d in t.get("after", ()))
+    return {"nodes": nodes, "edges": edges}
+
+
+def graph_text(g: dict) -> str:
+    """One line per task, indented under what it waits on (a task waiting on two
+    shows under each, marked ^ after the first)."""
+    byid = {n["id"]: n for n in g["nodes"]}
+    kids: dict[str, list[str]] = {}
+    for tid, dep in g["edges"]:
+        if dep in byid:
+            kids.setdefault(dep, []).append(tid)
+    roots = [n["id"] for n in g["nodes"]
+             if not any(dep in byid for t, dep in g["edges"] if t == n["id"])]
+    lines, shown = [], set()
+
+    def line(tid, depth):
+        n = byid[tid]
+        mark = " ^" if tid in shown else ""
+        extra = f" (blocked: {n['blocked_by']})" if n["blocked_by"] else \
+            (f" (waits on {', '.join(n['waiting_on'])})" if n["waiting_on"] else "")
+        who = f" @{n['assignee']}" if n["assignee"] else ""
+        lines.append(f"{'  ' * depth}#{tid} [{n['state']}]{who} {n['title']}{extra}{mark}")
+        if not mark:
+            shown.add(tid)
+            for k in kids.get(tid, ()):
+                line(k, depth + 1)
+    for r in roots:
+        line(r, 0)
+    return "\n".join(lines)
+
+
+def graph_dot(g: dict) -> str:
+    colour = {"completed": "palegreen", "failed": "lightpink", "cancelled": "grey",
+              "in_progress": "lightblue", "review": "khaki", "blocked": "orange"}
+    out = ["digraph tasks {", "  rankdir=LR;", "  node [shape=box, style=filled];"]
+    for n in g["nodes"]:
+        title = " ".join(n["title"][:40].split()).replace("\\", "/").replace('"', "'")
+        out.append(f'  "t{n["id"]}" [label="#{n["id"]} {title}\\n{n["state"]}", '
+                   f'fillcolor={colour.get(n["state"], "white")}];')
+    for tid, dep in g["edges"]:
+        out.append(f'  "t{dep}" -> "t{tid}";')
+    out.append("}")
+    return "\n".join(out)
