@@ -73,7 +73,8 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
             was = ""
         return [x for x in dict.fromkeys((was, doc["creator"])) if x]
     if op == "task-approve":
-        return ([doc[who]] if doc.get(who) else []) + _dependents(reader, c, str(doc["id"]))
+        mine = [doc[who]] if doc.get(who) else []
+        return list(dict.fromkeys(mine + _dependents(reader, c, str(doc["id"]))))
     if who == "reviewer":
         if doc["reviewer"]:
             return [doc["reviewer"]]
