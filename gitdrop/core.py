@@ -4,7 +4,7 @@ and the notifier call these; each write is one commit checked by the rules."""
 import os
 import time
 
-from . import deps, events, fmt, machine, model
+from . import deps, events, fmt, machine, model, taskindex
 from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
@@ -256,8 +256,7 @@ class Room:
         agents = view.agents()
         acts, claimed = self._last_acts(view, {a["id"] for a in agents})
         holding, completed = {}, {}
-        for tid in view.task_ids():
-            t = view.task(tid)[0]
+        for t in self._headers(view):
             if not t["assignee"]:
                 continue
             if t["state"] == "completed":
@@ -397,7 +396,7 @@ class Room:
         view = self.view()
         lead = view.is_lead(agent)
         tasks, reviews = [], []
-        for t in (view.task(tid)[0] for tid in view.task_ids()):
+        for t in self._headers(view):
             if t["state"] == "assigned" and t["assignee"] == agent:
                 tasks.append(t["id"])
             elif t["state"] == "review" and reviewer_ok(view, t, agent, lead):
@@ -588,8 +587,8 @@ class Room:
         each again. Returns the moves made."""
         from .errors import GitdropError
         view, out = self.view(), []
-        for tid in view.task_ids():
-            t = view.task(tid)[0]
+        for t in self._headers(view):
+            tid = str(t["id"])
             if t["state"] in machine.MOVES["reap"][0] and self.lease(tid, view)["expired"]:
                 try:
                     out.append(self.move_task(agent, tid, "reap"))
@@ -615,10 +614,11 @@ class Room:
         if assignee and assignee != "none":
             assignee = self.resolve(assignee, view)
         caps = self._caps(view, able) if able else None
-        tasks = deps.lookup(view)
+        headers = self._headers(view)
+        tasks = self._lookup(headers)
         states = {s.strip() for s in state.split(",") if s.strip()}
         out = []
-        for t in self._headers(view):
+        for t in headers:
             if states and t["state"] not in states:
                 continue
             if not states and not include_done and t["state"] in machine.TERMINAL:
@@ -631,14 +631,20 @@ class Room:
                 continue
             if caps is not None and deps.missing_caps(caps, t):
                 continue
-            out.append(dict(t, waiting_on=deps.waiting_on(tasks, t),
+            out.append(dict(taskindex.full(t), waiting_on=deps.waiting_on(tasks, t),
                             blocked_by=deps.blocked_by(tasks, t)))
         out.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
         return out
 
     @staticmethod
     def _headers(view) -> list[dict]:
-        return [view.task(tid)[0] for tid in view.task_ids()]
+        """Every task's header (shared dicts: copy before changing one)."""
+        return taskindex.headers(view)
+
+    @staticmethod
+    def _lookup(headers):
+        byid = {str(h["id"]): h for h in headers}
+        return byid.get
 
     def _caps(self, view, agent: str) -> list[str]:
         a = view.agent(self.resolve(agent, view))
@@ -648,9 +654,9 @@ class Room:
         """The tasks `agent` may take now, best first (see deps.ready)."""
         agent = self.resolve(agent)
         view = self.view()
-        got = deps.ready(deps.lookup(view), self._headers(view), agent,
-                         self._caps(view, agent), tag)
-        return got[:limit] if limit else got
+        headers = self._headers(view)
+        got = deps.ready(self._lookup(headers), headers, agent, self._caps(view, agent), tag)
+        return [taskindex.full(t) for t in (got[:limit] if limit else got)]
 
     def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:
         """Claim the best ready task for `agent`: {"task": id, "claimed": True, ...};
@@ -683,7 +689,8 @@ class Room:
         root = str(root or "").lstrip("#")
         if root and view.task(root) is None:
             raise NotFound(f"no task {root} in room {self.name!r}", "gitdrop task list")
-        return deps.graph(deps.lookup(view), self._headers(view), root)
+        headers = [taskindex.full(t) for t in self._headers(view)]
+        return deps.graph(self._lookup(headers), headers, root)
 
     # --- handshakes ----------------------------------------------------------
     def start_handshake(self, agent: str, plan: str, targets=(), key: str = "") -> dict:

@@ -88,13 +88,19 @@ def ready(tasks, headers, agent: str, caps, tag: str = "") -> list[dict]:
     pending unassigned ones, whose dependencies are completed and whose required
     capabilities it has (and carrying `tag`, if given); by priority, then age."""
     out = []
+    have = set(caps or ())
     for t in headers:
-        mine = t["assignee"] == agent and t["state"] == "assigned"
-        if not (mine or (t["state"] == "pending" and not t["assignee"])):
+        state = t["state"]
+        if state == "pending":
+            if t["assignee"]:
+                continue
+        elif state != "assigned" or t["assignee"] != agent:
             continue
         if tag and tag not in t["tags"]:
             continue
-        if missing_caps(caps, t) or waiting_on(tasks, t):
+        if t["requires"] and not have.issuperset(t["requires"]):
+            continue
+        if t["after"] and waiting_on(tasks, t):
             continue
         out.append(t)
     out.sort(key=lambda t: (t["assignee"] != agent, -t["priority"], t["created"], _num(t["id"])))
