@@ -122,6 +122,8 @@ async def scenario(juno, spartan, kilo, transport):
     assert (await spartan.ok("get_shared_context", key="stack"))["context"] == \
         {"stack": "python 3.11"}
     assert "stack" in (await juno.ok("get_shared_context"))["context"]
+    lease = (await kilo.ok("path_lease", action="take", glob="docs/**"))["leases"][0]
+    assert lease["holder"] == "ops/kilo" and lease["mode"] == "exclusive"
 
     # --- resources --------------------------------------------------------------------
     await juno.ok("send", to_agent="spartan", message="resource check")

@@ -58,7 +58,7 @@ def test_install_writes_the_client_config_and_starts_the_server(where, hub, clie
     g, home, project = where
     r = g("mcp", "install", "--client", client, "--as", "spartan", cwd=project)
     assert r.rc == 0, r
-    assert "lists 17 tools (agent profile)" in r.err  # the server really answered
+    assert "lists 18 tools (agent profile)" in r.err  # the server really answered
     path = config_of(client, home, project)
     entry = load(path)["gitdrop"]
     assert_entry(entry, hub.path)  # a short name is written as the full one
@@ -73,7 +73,7 @@ def test_install_writes_the_client_config_and_starts_the_server(where, hub, clie
     assert set(shape["gitdrop"]) == set(entry)
     # check: starts what the file says, as the client would
     doc = g.js("mcp", "check", "--client", client, cwd=project)
-    assert doc["check"] == {"ok": True, "tools": 17} and doc["path"] == str(path)
+    assert doc["check"] == {"ok": True, "tools": 18} and doc["path"] == str(path)
     assert doc["tools"] == mcp_tools.tools_for("agent")
 
 
@@ -230,7 +230,7 @@ def test_the_check_starts_exactly_the_entry_and_reports_a_failure(where, hub, tm
 
     code, out = run("--client", "claude-code", "--as", "core/spartan", "--tools", "lead")
     assert code == 0, out
-    assert "lists 36 tools (lead profile)" in out.err
+    assert "lists 37 tools (lead profile)" in out.err
     assert log.read_text() == f"serve --as core/spartan --tools lead | {hub.path} | lobby | " \
                               f"{project}\n"
     assert load(project / ".mcp.json")["gitdrop"]["command"] == str(wrapper)

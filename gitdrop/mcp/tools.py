@@ -11,11 +11,13 @@ and, when given, must name that agent.
 import contextvars
 import inspect
 import json
+import re
 from dataclasses import dataclass
 
 from typing_extensions import NotRequired, TypedDict
 
 from .. import model, tokens
+from ..core import LEASE_TTL
 from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from ..opener import open_hub
 
@@ -36,8 +38,8 @@ MAX_INBOX = 100  # check_inbox never returns more than this at once
 NEXT = {
     "unread-before-send": "call check_inbox, then send again",
     "unknown-recipient": "call who for the names here (team/name, @team, or all)",
-    "not-found": "check the name or id (who, list_tasks, list_contracts, list_rooms); "
-                 "if you are the one not registered, call register",
+    "not-found": "check the name or id (who, list_tasks, list_contracts, list_rooms, "
+                 "path_lease list); if you are the one not registered, call register",
     "ambiguous": "repeat the call with the full name (team/agent)",
     "registered-author": "call register first",
     "room-membership": "ask a lead of the room to call join_room for your team",
@@ -53,12 +55,33 @@ NEXT = {
 }
 
 
-# Commands the core's fixes name, in the tools' words (for rules without a NEXT).
-CLI_TOOLS = [("gitdrop room settings loop_cap N", 'room_settings with settings={"loop_cap": N}'),
-             ("gitdrop handshake ack", "ack_handshake"), ("gitdrop handshake status",
-                                                          "handshake_status"),
-             ("gitdrop inbox", "check_inbox"), ("gitdrop who", "who"),
-             ("gitdrop task list", "list_tasks")]
+# Commands the core's fixes name, in the tools' words (for rules without a NEXT),
+# tried in order (a longer command first); {id} stands for a task id.
+CLI_TOOLS = [
+    ("gitdrop room settings loop_cap N", 'room_settings with settings={"loop_cap": N}'),
+    ("gitdrop handshake ack", "ack_handshake"), ("gitdrop handshake status", "handshake_status"),
+    ("gitdrop inbox", "check_inbox"), ("gitdrop who", "who"),
+    ("gitdrop task sign {id}", "update_task(task_id={id}, status='sign')"),
+    ("gitdrop task renew ID --for SECONDS", "update_task(status='renew')"),
+    ("gitdrop task cancel", "update_task(status='cancelled')"),
+    ("gitdrop task graph shows the graph", "list_tasks shows each task's after"),
+    ("gitdrop task list --state pending", "claim_task without task_id"),
+    ("gitdrop task list", "list_tasks"),
+    ("gitdrop ready --claim", "claim_task without task_id"),
+    ("gitdrop ready", "claim_task without task_id, or list_tasks(ready=true)"),
+    ("gitdrop register --cap", "register(caps=...)"),
+    ("gitdrop lease take GLOB --ttl ...", "path_lease(action='take', ttl_seconds=...)"),
+    ("gitdrop lease list", "path_lease(action='list')"),
+    ("(or --shared)", "(or shared=true)"),
+]
+_CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"(\w+)")),
+               tool.replace("{id}", r"\1")) for cli, tool in CLI_TOOLS]
+
+
+def _tool_words(fix: str) -> str:
+    for cli, tool in _CLI_TOOLS:
+        fix = cli.sub(tool, fix)
+    return fix
 
 
 def render_error(e: GitdropError) -> str:
@@ -69,13 +92,18 @@ def render_error(e: GitdropError) -> str:
     nxt = e.fix
     if e.rule in NEXT and e.rule not in ("token", "identity") and (not nxt or "gitdrop " in nxt):
         nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
-    elif nxt and "gitdrop " in nxt:
-        for cli, tool in CLI_TOOLS:
-            nxt = nxt.replace(cli, tool)
+    elif nxt:
+        nxt = _tool_words(nxt)
     if nxt:
         text += f"\nNext: {nxt}"
     return text
 
+
+# The parameters that name the caller: redundant where the session says who calls
+# (stdio --as, HTTP tokens), so tools/list leaves them out there; calls that pass
+# them are still taken (and checked against the session). register's agent_name
+# is the name to register, not one of them.
+IDENTITY = ("agent_name", "from_agent", "creator")
 
 # Parameters many tools take, described once; a tool's docstring may describe its
 # own (see describe).
@@ -119,6 +147,10 @@ class AgentInfo(TypedDict):
     lead: bool
     health: str
     last_seen: int
+    caps: list[str]
+    tasks: list[str]        # the open tasks it holds
+    last_claimed: str       # task ids, "" for none
+    last_completed: str
 
 
 class Agents(TypedDict):
@@ -166,6 +198,11 @@ class Task(TypedDict):
     question: str
     answer: str
     description: str
+    after: list[str]        # the tasks it waits on
+    requires: list[str]     # capabilities its assignee needs
+    parent: str
+    waiting_on: list[str]   # of after, those not completed yet
+    blocked_by: str         # a dependency that failed or was cancelled, "" for none
 
 
 class Tasks(TypedDict):
@@ -176,6 +213,24 @@ class TaskMove(TypedDict):
     id: str
     state: str
     assignee: str
+    commit: str
+
+
+class Claimed(TaskMove):
+    title: NotRequired[str]  # claim_task without task_id: the task taken ("" id: none ready)
+
+
+class Lease(TypedDict):
+    id: str
+    holder: str
+    glob: str
+    mode: str               # exclusive or shared
+    until: int
+    left: int               # seconds to go
+
+
+class Leases(TypedDict):
+    leases: list[Lease]
     commit: str
 
 
@@ -292,7 +347,13 @@ def _task(t: dict) -> Task:
     out = {k: t[k] for k in Task.__annotations__ if k in t}
     out["id"] = str(t["id"])
     out["description"] = t.get("body", "").rstrip("\n")
+    out["parent"] = str(t.get("parent") or "")
     return out
+
+
+def _lease(x: dict, now: int) -> Lease:
+    return {"id": x["id"], "holder": x["holder"], "glob": x["glob"], "mode": x["mode"],
+            "until": x["until"], "left": max(0, x["until"] - now)}
 
 
 def _move(r: dict) -> TaskMove:
@@ -393,15 +454,16 @@ class ToolBox:
 
     # --- messaging ------------------------------------------------------------------
     def register(self, agent_name: str = "", role: str = "", description: str = "",
-                 team: str = "", token: str = "") -> Registered:
-        """Join the room (again: updates role/description). Over HTTP returns your
-        token: send it on every call as header Authorization: Bearer <token>.
+                 team: str = "", token: str = "", caps: str = "") -> Registered:
+        """Join the room, or update your profile. Over HTTP returns your token: send
+        it as header Authorization: Bearer <token>.
 
         agent_name: your name, or team/name
         role: comma list (lead, coder, ...)
         description: what you do
         team: your team
         token: yours, if you have one (HTTP)
+        caps: your capabilities, comma list (replaces them)
         """
         c = self.caller()
         if c.error:
@@ -437,7 +499,8 @@ class ToolBox:
             else:
                 mint = True
         try:
-            r = self.room.register(agent_id, _split(role), description, new_only=mint)
+            r = self.room.register(agent_id, _split(role), description, new_only=mint,
+                                   caps=_split(caps) if caps.strip() else None)
         except Conflict as e:  # someone registered the name at the same moment
             raise Refusal("token", e.reason, e.fix) from None
         new_token = tokens.mint(self.hub.path, agent_id) if mint else ""
@@ -494,8 +557,8 @@ class ToolBox:
         return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
 
     def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
-        """Read your unread messages and notices, oldest first; remaining: how many are
-        left.
+        """Read your unread messages and notices, oldest first (remaining: how many
+        are left).
 
         limit: at most 100
         """
@@ -516,7 +579,8 @@ class ToolBox:
     def create_task(self, title: str, creator: str = "", description: str = "",
                     assigned_to: str = "", project: str = "", priority: int = 0,
                     tags: str = "", reviewer: str = "", handshake_id: int = 0,
-                    key: str = "") -> TaskMove:
+                    key: str = "", after: str = "", requires: str = "",
+                    parent: str | int = "") -> TaskMove:
         """New task: pending, or assigned.
 
         title: one line
@@ -526,11 +590,15 @@ class ToolBox:
         tags: comma list
         reviewer: default: a lead
         handshake_id: no start before it is GO
+        after: comma list of task ids it waits on
+        requires: comma list of capabilities its assignee needs
+        parent: the task it is part of
         """
         r = self.room.create_task(self.me(creator), title, description, assigned_to,
                                   priority=priority, tags=_split(tags),
                                   handshake=handshake_id, project=project, reviewer=reviewer,
-                                  key=key)
+                                  key=key, after=_split(after), requires=_split(requires),
+                                  parent=str(parent or ""))
         return {"id": str(r["id"]), "state": r["state"], "assignee": r["assignee"],
                 "commit": r.get("commit", "")}
 
@@ -542,13 +610,13 @@ class ToolBox:
                     assigned_to: str = "", result: str = "") -> TaskMove:
         """Move a task to a status (or reassign it).
 
-        status: assigned, in_progress, review, completed, failed, blocked, cancelled; or renew (your lease), reap (an expired one)
+        status: assigned, in_progress, review, completed, failed, blocked, cancelled; or renew (your lease), reap (an expired one), sign (a lead's cross-team sign-off)
         assigned_to: the new assignee
         result: note or reason
         """
         me = self.me(agent_name)
         tid = _int_id(task_id, "task_id")
-        if status in ("renew", "reap"):
+        if status in ("renew", "reap", "sign"):
             return _move(self.room.move_task(me, tid, status, note=result))
         if not status:
             if not assigned_to:
@@ -557,17 +625,36 @@ class ToolBox:
                                              assignee=assigned_to))
         return _move(self.room.move_task_to(me, tid, status, note=result, assignee=assigned_to))
 
-    def claim_task(self, task_id: str | int, agent_name: str = "") -> TaskMove:
-        """Take a pending task (if someone was first you are told who)."""
-        return self._move(agent_name, task_id, "claim")
+    def claim_task(self, task_id: str | int = "", agent_name: str = "",
+                   tag: str = "") -> Claimed:
+        """Take a pending task; without task_id, the best one ready for you (empty id:
+        none is).
 
-    def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "") -> Tasks:
+        tag: only tasks with it
+        """
+        if str(task_id).strip():
+            return self._move(agent_name, task_id, "claim")
+        me = self.me(agent_name)
+        r = self.room.claim_next(me, tag)
+        if not r["task"]:
+            return {"id": "", "state": "", "assignee": "", "commit": "", "title": ""}
+        return {"id": r["task"], "state": r["state"], "assignee": r.get("assignee") or me,
+                "commit": r.get("commit", ""), "title": r["title"]}
+
+    def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "",
+                   tag: str = "", ready: bool = False) -> Tasks:
         """Tasks by priority with descriptions.
 
         status: comma list (done ones only if asked)
         assigned_to: a name, or none
+        tag: only tasks with it
+        ready: only what you may take now, best first
         """
-        tasks = self.room.list_tasks(status, assigned_to, project=project)
+        if ready:
+            tasks = [t for t in self.room.ready(self.me(), tag, limit=0)
+                     if not project or t["project"] == project]
+        else:
+            tasks = self.room.list_tasks(status, assigned_to, tag=tag, project=project)
         return {"tasks": [_task(self.room.task(t["id"])) for t in tasks]}
 
     def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
@@ -639,7 +726,7 @@ class ToolBox:
         return {k: h[k] for k in Handshake.__annotations__}
 
     def handshake_status(self, handshake_id: int) -> Handshake:
-        """A handshake's plan, acks, pending targets, status."""
+        """A handshake: its plan, who acked, who is pending."""
         return self._handshake(handshake_id)
 
     # --- contracts and shared context ---------------------------------------------------
@@ -678,6 +765,31 @@ class ToolBox:
         key: one (default: all)
         """
         return {"context": self.room.context(key)}
+
+    # --- path leases on the work repository ---------------------------------------------
+    def path_lease(self, action: str = "list", glob: str = "", shared: bool = False,
+                   ttl_seconds: int = LEASE_TTL, agent_name: str = "") -> Leases:
+        """Reserve paths of the work repository before editing (refused, naming the
+        holder, if another's lease overlaps); release; list live ones.
+
+        action: take, release or list
+        glob: e.g. src/api/**; release: it or the lease's id
+        shared: others may take shared ones too
+        ttl_seconds: how long it holds
+        """
+        now = self.room.clock()
+        if action == "list":
+            return {"leases": [_lease(x, now) for x in self.room.leases()], "commit": ""}
+        if action == "take":
+            r = self.room.take_lease(self.me(agent_name), glob, shared=shared,
+                                     ttl=int(ttl_seconds))
+        elif action == "release":
+            if not glob:
+                raise UsageError("nothing to release", "pass glob: the lease's glob or id")
+            r = self.room.release_lease(self.me(agent_name), glob)
+        else:
+            raise UsageError(f"unknown action {action!r}", "use take, release or list")
+        return {"leases": [_lease(r, now)], "commit": r.get("commit", "")}
 
     # --- rooms and teams ------------------------------------------------------------------
     def register_team(self, team_name: str, leader: str, members: str = "") -> Team:
@@ -818,7 +930,7 @@ TOOLS = {
     "submit_for_review": "agent", "request_feedback": "agent",
     "ack_handshake": "agent", "handshake_status": "agent",
     "declare_contract": "agent", "list_contracts": "agent",
-    "share_context": "agent", "get_shared_context": "agent",
+    "share_context": "agent", "get_shared_context": "agent", "path_lease": "agent",
     "broadcast": "lead", "deregister": "lead", "create_task": "lead", "approve_task": "lead",
     "reject_task": "lead", "respond_feedback": "lead", "initiate_handshake": "lead",
     "register_team": "lead", "list_teams": "lead", "create_room": "lead",
