@@ -445,7 +445,7 @@ class Room:
     def create_task(self, agent: str, title: str, body: str = "", assignee: str = "",
                     priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
                     project: str = "", reviewer: str = "", key: str = "", after=(),
-                    requires=(), parent: str = "") -> dict:
+                    requires=(), parent: str = "", review: bool = True) -> dict:
         """`after`: ids of tasks this one waits on; `requires`: capabilities its
         assignee must have; `parent`: the task it is part of."""
         agent = self.resolve(agent)
@@ -454,7 +454,8 @@ class Room:
         parent = str(parent or "").lstrip("#")
         key = self._keyed(key, "task-create", title, body, assignee, priority, list(tags),
                           handshake, max_retries, project, reviewer,
-                          *((after, requires, parent) if after or requires or parent else ()))
+                          *((after, requires, parent) if after or requires or parent else ()),
+                          *(("no-review",) if not review else ()))
 
         def build(view, tip):
             tid = str(self._next_id(view, view.task_ids()))
@@ -467,7 +468,7 @@ class Room:
                 "priority": int(priority), "tags": [t for t in tags if t], "project": project,
                 "max_retries": view.settings["max_retries"] if max_retries is None else int(max_retries),
                 "handshake": int(handshake or 0), "created": now, "updated": now,
-                "after": after, "requires": requires, "parent": parent})
+                "after": after, "requires": requires, "parent": parent, "review": bool(review)})
             subject = f"task {tid} created by {model.short(agent)}: {_subject_text(title)}"
             if who:
                 subject = f"task {tid} created and assigned to {model.short(who)}: {_subject_text(title, 40)}"
@@ -534,8 +535,14 @@ class Room:
                                              f"{old['max_retries']})" if failing else ""))
             elif move == "renew":
                 new["lease_until"] = now + min(int(lease or s["task_lease"]), s["max_task_lease"])
+            elif move == "release":   # edits: failed (counts a retry), retry_in (backoff, s)
+                new.update(assignee="", lease_until=0, signoffs=[],
+                           retries=old["retries"] + (1 if edits.get("failed") else 0),
+                           not_before=now + int(edits["retry_in"]) if edits.get("retry_in") else 0)
             elif move == "edit":
                 for k, v in edits.items():
+                    if k not in model.TASK_FIELDS and k != "body":
+                        raise UsageError(f"a task has no field {k!r}", "see gitdrop task edit --help")
                     if k == "body":
                         body = v
                     elif v is not None:
@@ -655,7 +662,8 @@ class Room:
         agent = self.resolve(agent)
         view = self.view()
         headers = self._headers(view)
-        got = deps.ready(self._lookup(headers), headers, agent, self._caps(view, agent), tag)
+        got = deps.ready(self._lookup(headers), headers, agent, self._caps(view, agent), tag,
+                         now=self.clock())
         return [taskindex.full(t) for t in (got[:limit] if limit else got)]
 
     def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:

@@ -83,10 +83,13 @@ def missing_caps(caps, task: dict) -> list[str]:
     return [c for c in task.get("requires", ()) if c not in have]
 
 
-def ready(tasks, headers, agent: str, caps, tag: str = "") -> list[dict]:
+def ready(tasks, headers, agent: str, caps, tag: str = "", now: int = 0) -> list[dict]:
     """The tasks `agent` may take now, best first: its own assigned tasks, then
     pending unassigned ones, whose dependencies are completed and whose required
-    capabilities it has (and carrying `tag`, if given); by priority, then age."""
+    capabilities it has (and carrying `tag`, if given; a comma list: any of them),
+    not held back by a retry's backoff (not_before, against `now`); by priority,
+    then age."""
+    tags = set(tag.split(",")) - {""} if tag else set()
     out = []
     have = set(caps or ())
     for t in headers:
@@ -96,7 +99,9 @@ def ready(tasks, headers, agent: str, caps, tag: str = "") -> list[dict]:
                 continue
         elif state != "assigned" or t["assignee"] != agent:
             continue
-        if tag and tag not in t["tags"]:
+        if tags and tags.isdisjoint(t["tags"]):
+            continue
+        if now and t["not_before"] > now:
             continue
         if t["requires"] and not have.issuperset(t["requires"]):
             continue

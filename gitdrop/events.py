@@ -14,6 +14,7 @@ NOTICE_OPS = {
     "task-approve": "assignee", "task-cancel": "assignee", "task-submit": "reviewer",
     "task-ask": "creator", "task-fail": "creator", "task-sign": "assignee",
     "task-reap": "reaped", "handshake-start": "targets", "handshake-ack": "go",
+    "task-complete": "creator", "task-release": "creator",
 }
 LEADS = "@leads"
 ABLE = "@able:"   # + required capabilities: every agent that has them
@@ -72,7 +73,7 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
         except ValueError:
             was = ""
         return [x for x in dict.fromkeys((was, doc["creator"])) if x]
-    if op == "task-approve":
+    if op in ("task-approve", "task-complete"):
         mine = [doc[who]] if doc.get(who) else []
         return list(dict.fromkeys(mine + _dependents(reader, c, str(doc["id"]))))
     if who == "reviewer":

@@ -7,6 +7,11 @@ Who: assignee, reviewer (the task's reviewer, else a lead of the assignee's
 team, else any lead), lead, creator, member (any registered agent; for reap also
 the hub's reaper, hub/reaper).
 
+A task created with review = false is done by its assignee (complete) instead of
+going through review. The assignee may release a task back to pending (a worker
+that stops, or that failed and retries later: then it counts a retry and may set
+not_before, a backoff that `ready` respects).
+
 A task in assigned or in_progress is held on a lease (`lease_until`, set by the
 moves that hand it over and by renew; and renewed by every act of the assignee
 in the room, see rules.lease_expiry). Once it has expired anyone may reap the
@@ -40,8 +45,11 @@ MOVES = {
     "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
     "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
                 ("title", "priority", "tags", "project", "reviewer", "max_retries", "body",
-                 "after", "requires", "parent")),
+                 "after", "requires", "parent", "review")),
     "renew":   (("assigned", "in_progress"), "same", ("assignee",), ("lease_until",)),
+    "complete": (("in_progress",), "completed", ("assignee",), ()),
+    "release": (("assigned", "in_progress"), "pending", ("assignee",),
+                ("assignee", "retries", "signoffs", "lease_until", "not_before")),
 }
 
 # Moves that need a note (the reason) in the commit.

@@ -211,7 +211,8 @@ TASK_FIELDS = {
     "reviewer": "", "priority": 0, "tags": [], "project": "", "retries": 0,
     "max_retries": 3, "handshake": 0, "signoffs": [], "resume": "",
     "question": "", "answer": "", "note": "", "created": 0, "updated": 0,
-    "lease_until": 0, "after": [], "parent": "", "requires": [],
+    "lease_until": 0, "after": [], "parent": "", "requires": [], "review": True,
+    "not_before": 0,
 }
 AGENT_FIELDS = {
     "id": "", "roles": [], "description": "", "status": "", "registered": 0,

@@ -48,11 +48,11 @@ def _git(*args) -> subprocess.CompletedProcess:
 
 
 class _Sub:
-    __slots__ = ("room", "agent", "callback", "base", "active")
+    __slots__ = ("room", "agent", "callback", "base", "active", "every")
 
-    def __init__(self, room, agent, callback, base):
+    def __init__(self, room, agent, callback, base, every=False):
         self.room, self.agent, self.callback, self.base = room, agent, callback, base
-        self.active = True
+        self.active, self.every = True, every
 
 
 class _RefHandler:
@@ -231,13 +231,15 @@ class Notifier:
         return f"watching {self.git_dir} (local, inotify)"
 
     # --- subscribers --------------------------------------------------------
-    def subscribe(self, room: str, agent_id: str, callback):
+    def subscribe(self, room: str, agent_id: str, callback, every: bool = False):
         """New events of `room` that concern `agent_id` go to `callback` from a
-        background thread, one call per batch. Returns an unsubscribe function."""
+        background thread, one call per batch (`every`: all events of the room but
+        the agent's own, e.g. for a worker waiting for any task to become ready).
+        Returns an unsubscribe function."""
         with self._lock:
             if self.remote and room not in self._seen_remote:
                 self.sync([room])
-            sub = _Sub(room, agent_id, callback, self._tip(room))
+            sub = _Sub(room, agent_id, callback, self._tip(room), every)
             self._subs.setdefault(room, []).append(sub)
 
         def unsubscribe():
@@ -416,7 +418,7 @@ class Notifier:
                 if c.author == s.agent:
                     continue
                 ev = events.event(reader, c)  # worked out once per commit, then a copy
-                how = events.concerns(ev, s.agent, lead, caps)
+                how = "room" if s.every else events.concerns(ev, s.agent, lead, caps)
                 if how:
                     evs.append(dict(ev, via=how, room=room))
             out.append((s, evs))

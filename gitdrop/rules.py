@@ -84,6 +84,8 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
             return "task-renew"
         if old["state"] == new["state"] and old["signoffs"] != new["signoffs"]:
             return "task-sign"
+        if "release" in cands and new["state"] == "pending" and old.get("assignee") == author:
+            return "task-release"   # the holder gives it back (a reap is anyone's, later)
         for m in cands:
             if machine.target(m, old) == new["state"]:
                 return "task-" + m
@@ -505,9 +507,10 @@ def _check_task_create(before, c, changes, ctx, op):
         _known_agent(before, c, t["assignee"])
     if t["reviewer"]:
         _known_agent(before, c, t["reviewer"])
-    if t["retries"] or t["signoffs"] or t["resume"] or t["question"] or t["answer"]:
+    if t["retries"] or t["signoffs"] or t["resume"] or t["question"] or t["answer"] \
+            or t["not_before"]:
         _refuse("task-state-machine", c, "a new task starts with no retries, signoffs, "
-                "question or answer", "remove those fields")
+                "question, answer or not_before", "remove those fields")
     if t["handshake"] and before.handshake(t["handshake"]) is None:
         _refuse("handshake-go", c, f"handshake {t['handshake']} does not exist",
                 "start the handshake first, or leave handshake = 0")
@@ -758,7 +761,33 @@ def _move_edit(before, c, old, new, tid):
         _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters", "")
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
+    if new["review"] != old["review"] and c.author != old["creator"] and \
+            not before.is_lead(c.author):
+        _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
+                "decides whether a task goes through review", "ask them to change it")
     _check_deps(before, c, old, new, tid)
+
+
+def _move_complete(before, c, old, new, tid):
+    if old["review"]:
+        _refuse("task-state-machine", c, f"task {tid} goes through review (review = true); "
+                "its assignee submits it and the reviewer approves",
+                f"submit it for review (gitdrop task submit {tid})")
+
+
+def _move_release(before, c, old, new, tid):
+    s = before.settings
+    if new["assignee"] or new["lease_until"] or new["signoffs"] or \
+            new["retries"] not in (old["retries"], old["retries"] + 1):
+        _refuse("task-state-machine", c, "a release returns the task unassigned, clears lease "
+                "and signoffs, and counts a retry or not", f"set assignee = \"\", lease_until "
+                f"= 0, signoffs = [], retries = {old['retries']} (or + 1 for a failure)")
+    if new["retries"] > old["max_retries"]:
+        _refuse("task-state-machine", c, f"task {tid} has used its {old['max_retries']} "
+                "retries", f"fail it instead (gitdrop task fail {tid} --reason ...)")
+    if new["not_before"] and new["not_before"] - c.time > s["max_task_lease"] + s["clock_skew"]:
+        _refuse("task-lease", c, f"not_before is {new['not_before'] - c.time}s ahead; the room "
+                f"allows {s['max_task_lease']}s", "retry sooner")
 
 
 def _move_reap(before, c, old, new, tid):
@@ -820,7 +849,8 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
 
 
 _MOVE_CHECKS = {"assign": _move_assign, "claim": _move_claim, "start": _move_start,
-                "retry": _move_retry, "reap": _move_reap, "block": _move_block, "unblock": _move_unblock,
+                "retry": _move_retry, "reap": _move_reap, "complete": _move_complete,
+                "release": _move_release, "block": _move_block, "unblock": _move_unblock,
                 "ask": _move_ask, "answer": _move_answer, "sign": _move_sign,
                 "edit": _move_edit}
 

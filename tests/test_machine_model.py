@@ -165,7 +165,14 @@ def test_every_move_once(tmp_path):
     for agent, move, kw, state in [(sp, "claim", {}, "assigned"), (kai, "reap", {}, "pending")]:
         assert r.move_task(agent, t3, move, **kw)["state"] == state, move
     assert r.task(t3)["retries"] == 1
-    made = {e["op"] for e in r.log(100)}
+    t4 = r.create_task(LEAD, "fourth", review=False)["id"]
+    for agent, move, kw, state in [(sp, "claim", {}, "assigned"),
+                                   (sp, "release", {"failed": True, "retry_in": 60}, "pending"),
+                                   (kai, "claim", {}, "assigned"), (kai, "start", {}, "in_progress"),
+                                   (kai, "complete", {}, "completed")]:
+        assert r.move_task(agent, t4, move, **kw)["state"] == state, move
+    assert r.task(t4)["retries"] == 1
+    made = {e["op"] for e in r.log(500)}
     from gitdrop import machine
     assert {"task-" + m for m in machine.MOVES} - made == {"task-sign"}  # sign: see test_hub
 
@@ -184,7 +191,7 @@ def test_move_to_a_target_state(tmp_path):
     from gitdrop.errors import Refusal
     with pytest.raises(Refusal) as e:
         r.move_task_to(CODERS[0], t, "completed")
-    assert e.value.rule == "task-state-machine" and "submit (→ review)" in e.value.fix
+    assert e.value.rule == "task-state-machine" and "gitdrop task submit" in e.value.fix
     assert r.move_task_to(LEAD, t, "cancelled")["state"] == "cancelled"
 
 

@@ -46,6 +46,9 @@ def create(s: Scope,
                "(repeat, or a comma list; agents declare them with register --cap).")] = None,
            parent: Annotated[str, typer.Option("--parent", metavar="ID",
                                                help="The task this one is part of.")] = "",
+           no_review: Annotated[bool, typer.Option(
+               "--no-review", help="Its assignee completes it (gitdrop task complete) "
+               "without a review.")] = False,
            key: Annotated[str, typer.Option(
                "--key", help="Idempotency key: a retry with the same key creates one "
                "task (env GITDROP_KEY).")] = ""):
@@ -55,7 +58,7 @@ def create(s: Scope,
                            tags=split_list(tag), handshake=handshake, max_retries=max_retries,
                            project=project, reviewer=reviewer, key=key or s.key,
                            after=split_list(after), requires=split_list(requires),
-                           parent=parent)
+                           parent=parent, review=not no_review)
     s.note(f"created task {r['id']}" + (f" for {r['assignee']}" if r["assignee"] else "")
            + f" ({r['state']}) [{short_id(r['commit'])}]")
     s.emit(r, r["id"])
@@ -231,6 +234,23 @@ def start(s: Scope, task_id: Id):
 def submit(s: Scope, task_id: Id, note: Note = ""):
     """Hand your work in for review."""
     _move(s, task_id, "submit", note=note)
+
+
+@command(task_app, "complete")
+def complete(s: Scope, task_id: Id, note: Note = ""):
+    """Finish your in_progress task that needs no review (created with --no-review)."""
+    _move(s, task_id, "complete", note=note)
+
+
+@command(task_app, "release")
+def release(s: Scope, task_id: Id, note: Note = "",
+            failed: Annotated[bool, typer.Option(
+                "--failed", help="It failed: count a retry (refused past max_retries).")] = False,
+            retry_in: Annotated[int, typer.Option(
+                "--retry-in", metavar="SECONDS", help="Not offered by ready before then "
+                "(a backoff).")] = 0):
+    """Give your task back (to pending, unassigned) for someone else to take."""
+    _move(s, task_id, "release", note=note, failed=failed, retry_in=retry_in)
 
 
 @command(task_app, "approve")
