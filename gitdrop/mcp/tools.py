@@ -516,8 +516,8 @@ class ToolBox:
         return {"agent": r["agent"], "commit": r.get("commit", "")}
 
     def who(self) -> Agents:
-        """Agents here: roles, status, health (healthy <120 s since seen, stale <600 s,
-        else dead)."""
+        """Agents here, with health (healthy <120 s since seen, stale <600 s, else
+        dead)."""
         return {"agents": [{k: a[k] for k in AgentInfo.__annotations__}
                            for a in self.room.who()]}
 
@@ -558,7 +558,7 @@ class ToolBox:
 
     def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
         """Read your unread messages and notices, oldest first (remaining: how many
-        are left).
+        more).
 
         limit: at most 100
         """
