@@ -177,7 +177,7 @@ class Room:
 
     # --- agents ----------------------------------------------------------------
     def register(self, agent_id: str, roles=(), description: str = "", key: str = "",
-                 new_only: bool = False, caps=None) -> dict:
+                 new_only: bool = False, caps=None, human: bool | None = None) -> dict:
         """Join the room, or update one's roles and description. new_only: refuse if
         the agent exists, decided inside the compare-and-swap loop (two sessions
         registering one new name at once: exactly one joins, the other changes nothing)."""
@@ -185,7 +185,8 @@ class Room:
         roles = [r.strip() for r in roles if r.strip()]
         caps = None if caps is None else list(dict.fromkeys(c.strip() for c in caps if c.strip()))
         key = self._keyed(key, "register", agent_id, roles, description,
-                          *((caps,) if caps is not None else ()))
+                          *((caps,) if caps is not None else ()),
+                          *((f"human={human}",) if human is not None else ()))
         if "lead" in roles:
             if self.lead_claim is None:
                 raise UsageError("the lead role is given by the hub's team registry, which "
@@ -201,14 +202,16 @@ class Room:
             if old is not None:  # an upsert: roles and description change in place
                 new = dict(old, roles=roles or old["roles"],
                            description=description or old["description"], last_seen=now,
-                           caps=old["caps"] if caps is None else caps)
+                           caps=old["caps"] if caps is None else caps,
+                           human=old["human"] if human is None else bool(human))
                 return ({model.agent_path(agent_id): render_file("agent", new)},
                         self._msg(f"{model.short(agent_id)} updated its profile", "", "status"),
                         {"agent": agent_id, "updated": True})
             doc = model.with_defaults("agent", {"id": agent_id, "roles": roles,
                                                 "description": description,
                                                 "registered": now, "last_seen": now,
-                                                "cursor": tip, "caps": caps or []})
+                                                "cursor": tip, "caps": caps or [],
+                                                "human": bool(human)})
             return ({model.agent_path(agent_id): render_file("agent", doc)},
                     self._msg(f"{model.short(agent_id)} joined {self.name}"
                               + (f" as {', '.join(roles)}" if roles else ""), description,
@@ -278,7 +281,7 @@ class Room:
                         "tasks": holding.get(a["id"], []),
                         "last_claimed": claimed.get(a["id"], ""),
                         "last_completed": str(completed.get(a["id"], ("",))[0]),
-                        "caps": a["caps"]})
+                        "caps": a["caps"], "human": a["human"]})
         return out
 
     def _last_acts(self, view, ids, limit: int = 5000):
@@ -691,6 +694,17 @@ class Room:
             return dict(got, claimed=True, title=t["title"], lost=len(lost))
         raise Conflict(f"{tries} ready tasks were taken by others first",
                        "try again (gitdrop ready --claim)")
+
+    def questions(self) -> list[dict]:
+        """Open questions: tasks waiting in feedback, oldest first, with who asked
+        and who may answer (the creator, or any lead)."""
+        out = []
+        for t in self._headers(self.view()):
+            if t["state"] == "feedback":
+                out.append({"task": str(t["id"]), "title": t["title"], "question": t["question"],
+                            "asked_by": t["assignee"], "for": t["creator"], "since": t["updated"]})
+        out.sort(key=lambda q: (q["since"], deps._num(q["task"])))
+        return out
 
     def graph(self, root: str = "") -> dict:
         view = self.view()

@@ -216,7 +216,7 @@ TASK_FIELDS = {
 }
 AGENT_FIELDS = {
     "id": "", "roles": [], "description": "", "status": "", "registered": 0,
-    "last_seen": 0, "cursor": "", "caps": [],
+    "last_seen": 0, "cursor": "", "caps": [], "human": False,
 }
 HANDSHAKE_FIELDS = {
     "id": 0, "initiator": "", "targets": [], "acks": [], "status": "pending", "created": 0,

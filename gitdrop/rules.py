@@ -281,7 +281,7 @@ def _check_agent_update(before, c, changes, ctx, op):
                 "agents change only their own file")
     old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
     allowed = {"read": {"cursor"}, "ping": {"last_seen"},
-               "status": {"status", "last_seen", "roles", "description", "caps"}}[op]
+               "status": {"status", "last_seen", "roles", "description", "caps", "human"}}[op]
     bad = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in allowed)
     if bad:
         _refuse("one-operation", c, f"{op} may change only {', '.join(sorted(allowed))}, "

@@ -41,7 +41,10 @@ def register(s: Scope,
              description: Annotated[str, typer.Option("--description", "-d")] = "",
              cap: Annotated[Optional[list[str]], typer.Option(
                  "--cap", help="A capability (repeat, or a comma list): tasks that require it "
-                 "can go to you; re-registering with --cap replaces the list.")] = None):
+                 "can go to you; re-registering with --cap replaces the list.")] = None,
+             human: Annotated[Optional[bool], typer.Option(
+                 "--human/--not-human", help="A person, not a program: tasks can be assigned "
+                 "to it and nothing answers for it automatically.", show_default=False)] = None):
     """Join the room as an agent (or update your roles, description and capabilities)."""
     if "/" in name:
         if team and name.split("/", 1)[0] != team:
@@ -57,7 +60,7 @@ def register(s: Scope,
     # lean store of a short command.
     room = s.hub.room(s.room_name) if "lead" in roles else s.room
     r = room.register(agent, roles, description,
-                      caps=split_list(cap) if cap is not None else None)
+                      caps=split_list(cap) if cap is not None else None, human=human)
     line = (f"{agent} updated in {s.room_name}" if r.get("updated") else
             f"{agent} joined {s.room_name}" + (f" as {', '.join(roles)}" if roles else ""))
     if s.agent_value != agent:

@@ -31,6 +31,8 @@ COMMANDS = {
     "log": ("agents", False, "Agents and messages"),
     "task": ("task", True, "Work"),
     "ready": ("task", False, "Work"),
+    "work": ("work", False, "Work"),
+    "feedback": ("work", True, "Work"),
     "handshake": ("plan", True, "Work"),
     "contract": ("plan", True, "Work"),
     "context": ("plan", True, "Work"),

@@ -292,9 +292,26 @@ def unblock(s: Scope, task_id: Id, note: Note = ""):
 
 @command(task_app, "ask")
 def ask(s: Scope, task_id: Id, question: Annotated[str, typer.Option(
-        "--question", "-q", help="What you need to know.", show_default=False)]):
-    """Ask the task's creator a question (the task waits in feedback)."""
-    _move(s, task_id, "ask", question=question, note=question)
+        "--question", "-q", help="What you need to know.", show_default=False)],
+        wait: Annotated[bool, typer.Option(
+            "--wait", help="Wait for the answer and print it (for scripts and workers).")] = False,
+        timeout: Annotated[Optional[float], typer.Option(
+            "--timeout", metavar="SECONDS", help="With --wait: give up after this long "
+            "(exit 124).", show_default=False)] = None):
+    """Ask the task's creator a question (the task waits in feedback; gitdrop feedback
+    list shows it to people)."""
+    if not wait:
+        _move(s, task_id, "ask", question=question, note=question)
+        return
+    from ..worker import wait_for_answer
+    r = s.room.move_task(s.agent, task_id, "ask", question=question, note=question, key=s.key)
+    hub = s.hub_value if s.hub_value else s.hub.path
+    try:
+        answer_ = wait_for_answer(hub, s.room, r["id"], timeout)
+    except TimeoutError as e:
+        s.note(f"{e} (the question stays open: gitdrop feedback list)")
+        raise typer.Exit(124)
+    s.emit({"id": r["id"], "task": r["id"], "answer": answer_}, answer_)
 
 
 @command(task_app, "answer")

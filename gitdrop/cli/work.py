@@ -1,0 +1,153 @@
+"""`gitdrop work`: the worker loop for any program (gitdrop/worker.py does the work)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from .base import Scope, command, paint, split_list, sub_app, table
+from ..errors import UsageError
+
+app = typer.Typer(add_completion=False)
+feedback_app = sub_app("feedback", "Questions for people: what agents and workers asked "
+                       "(gitdrop task ask), and answering them.")
+
+RESULT_MAX = 12000     # characters of a command's stdout kept as the result
+STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
+
+
+def shell_handler(argv: list[str], hub: str, room: str, agent: str):
+    """Run `argv` per task: the task as JSON on stdin and in GITDROP_TASK_* variables;
+    exit 0 hands in its stdout as the result, any other exit fails the attempt with
+    the tail of its stderr."""
+    from ..worker import Failed
+
+    def handler(task: dict, ctx) -> str:
+        env = dict(os.environ, GITDROP_HUB=hub, GITDROP_ROOM=room, GITDROP_AGENT=agent,
+                   GITDROP_TASK_ID=str(task["id"]), GITDROP_TASK_TITLE=task["title"],
+                   GITDROP_TASK_BODY=task.get("body", ""),
+                   GITDROP_TASK_PRIORITY=str(task["priority"]),
+                   GITDROP_TASK_TAGS=",".join(task["tags"]),
+                   GITDROP_TASK_CREATOR=task["creator"],
+                   GITDROP_TASK_RETRIES=str(task["retries"]),
+                   GITDROP_TASK_ANSWER=task.get("answer", ""))
+        try:
+            p = subprocess.run(argv, input=json.dumps(task, default=str), env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace")
+        except OSError as e:
+            raise Failed(f"cannot run {argv[0]}: {e}") from None
+        if p.returncode != 0:
+            tail = p.stderr.strip()[-STDERR_TAIL:]
+            raise Failed(f"{argv[0]} exited {p.returncode}" + (f":\n{tail}" if tail else ""))
+        out = p.stdout.strip()
+        if len(out) > RESULT_MAX:
+            out = out[:RESULT_MAX] + f"\n[... {len(out) - RESULT_MAX} more characters]"
+        return out or "done"
+    return handler
+
+
+@command(app, "work", context_settings={"allow_interspersed_args": False})
+def work(s: Scope,
+         cmd: Annotated[list[str], typer.Argument(
+             metavar="-- COMMAND [ARGS]...", help="The program that does a task: the task "
+             "as JSON on stdin and GITDROP_TASK_ID, _TITLE, _BODY, _TAGS, ... in its "
+             "environment; exit 0 hands in its stdout, any other exit fails the attempt.",
+             show_default=False)],
+         cap: Annotated[Optional[list[str]], typer.Option(
+             "--cap", help="Declare this capability (repeat, or a comma list).")] = None,
+         tag: Annotated[Optional[list[str]], typer.Option(
+             "--tag", help="Only tasks with this tag (repeat: any of them).")] = None,
+         once: Annotated[bool, typer.Option("--once", help="One task at most, then exit.")] = False,
+         idle: Annotated[Optional[float], typer.Option(
+             "--idle", metavar="SECONDS", help="Exit after this long with nothing ready "
+             "(default: wait for work forever).", show_default=False)] = None,
+         backoff: Annotated[float, typer.Option(
+             "--backoff", metavar="SECONDS", help="Before a failed task is offered again; "
+             "doubles with each retry.")] = 10.0):
+    """Work tasks with a program, one at a time: claim the best ready task, run COMMAND,
+    submit its output (or complete it, for a task without review), or on failure give it
+    back to be retried after a backoff (failed once its retries are used up). Sleeps on
+    the notifier between tasks; SIGTERM gives the current task back."""
+    from ..worker import Worker
+    if not cmd:
+        raise UsageError("no command given", "gitdrop work --as A -- ./handler.sh")
+    agent = s.agent
+    hub = s.hub_value if s.hub_value else s.hub.path
+    caps = split_list(cap) if cap is not None else None
+    started = {}
+
+    def show(ev):
+        if s.json:
+            print(json.dumps(ev, ensure_ascii=False, default=str), flush=True)
+            return
+        what, tid = ev["event"], ev["task"]
+        if what == "started":
+            started[tid] = time.monotonic()
+        took = f" in {time.monotonic() - started.pop(tid):.1f} s" if tid in started and \
+            what in ("done", "failed", "released", "lost") else ""
+        line = {
+            "claimed": f"task {tid}: claimed · {ev['title']}",
+            "done": f"task {tid}: {paint('done', 'green')} → {ev.get('state')}{took}",
+            "failed": f"task {tid}: {paint('failed', 'red')}{took}: "
+                      f"{' '.join(ev.get('error', '').split())[:120]}"
+                      + (" (final)" if ev.get("final") else
+                         f" (retry {ev.get('retries')} in {ev.get('retry_in')} s)"),
+            "released": f"task {tid}: released ({ev.get('reason', '')[:100]})",
+            "lost": f"task {tid}: taken from us meanwhile ({ev.get('state')})",
+            "reaped": f"task {tid}: reaped (its holder's lease expired)",
+            "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
+            "stopped": f"{agent} stopped after {ev.get('done', 0)} task(s)",
+        }.get(what)
+        if line:
+            print(line, file=sys.stderr if what in ("idle", "stopped") else sys.stdout,
+                  flush=True)
+
+    w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent),
+               caps=caps, tags=split_list(tag), backoff=backoff, idle=idle, on_event=show)
+    if once:
+        ev = w.run_once()
+        if ev is None:
+            show({"event": "nothing", "task": "", "agent": agent, "room": s.room_name})
+            if not s.json:
+                print(f"nothing is ready for {agent} in {s.room_name}")
+            return
+        raise typer.Exit(0 if ev["event"] == "done" else 1)
+    if not s.json:
+        print(f"{agent} working in {s.room_name}"
+              + (f" (tags {', '.join(split_list(tag))})" if tag else "")
+              + "; Ctrl-C gives the current task back and stops", file=sys.stderr, flush=True)
+    w.run()
+
+
+@command(feedback_app, "list")
+def feedback_list(s: Scope):
+    """Every open question in the room: tasks waiting in feedback, oldest first."""
+    qs = s.room.questions()
+
+    def show():
+        if not qs:
+            print(f"no open questions in {s.room_name}")
+            return
+        table(["task", "asked by", "for", "waiting", "question"],
+              [(q["task"], q["asked_by"], q["for"], _ago(q["since"]), q["question"][:80])
+               for q in qs])
+    s.emit({"room": s.room_name, "questions": qs}, show)
+
+
+@command(feedback_app, "answer")
+def feedback_answer(s: Scope, task_id: Annotated[str, typer.Argument(
+        help="The task whose question you answer.", metavar="ID")],
+        text: Annotated[str, typer.Argument(help="The answer.")]):
+    """Answer a task's open question (its creator or a lead); the work resumes."""
+    r = s.room.move_task(s.agent, task_id, "answer", answer=text, note=text, key=s.key)
+    s.emit(r, f"task {r['id']}: answered; back to {r['state']}")
+
+
+def _ago(t: int) -> str:
+    d = max(0, int(time.time()) - int(t or 0))
+    return f"{d} s" if d < 120 else f"{d // 60} min" if d < 7200 else f"{d // 3600} h"

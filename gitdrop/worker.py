@@ -1,0 +1,317 @@
+"""The worker loop: claim the best ready task, run a handler on it, hand in the result.
+
+    from gitdrop import Worker
+    def handler(task, ctx):            # task: the task's fields and body
+        return "what I did"            # -> submitted (or completed, if review = false)
+    Worker("~/.gitdrop/hub.git", "lobby", "core/w1", handler, caps=["db"]).run()
+
+- claims with Room.claim_next (its own assigned tasks first, then the best ready one
+  matching its tags), starts it, and renews the lease while the handler runs;
+- a handler's exception fails the attempt: the task is released with a retry counted
+  and a backoff (not_before), or failed once max_retries are used up;
+- SIGTERM or SIGINT (or stop()) releases the task being worked on, counting nothing;
+- between tasks it sleeps on the notifier (any commit in the room wakes it), with a
+  timer only for what time alone changes: a backoff running out, a lease expiring.
+  Expired leases in the room are reaped by the worker itself.
+"""
+
+import math
+import signal
+import threading
+import time
+import traceback
+
+from . import machine
+from .errors import GitdropError, Refusal
+
+BACKOFF = 10.0          # seconds before a failed task is offered again, doubled per retry
+MAX_BACKOFF = 3600.0
+
+
+class Failed(Exception):
+    """A handler's failure told in its own words (no exception type in the note)."""
+
+
+class Stop(BaseException):
+    """Raised in the handler's thread when the worker is told to stop."""
+
+
+class TaskContext:
+    """What a handler gets besides the task: follow-ups, questions, progress."""
+
+    def __init__(self, worker: "Worker", task: dict):
+        self.worker, self.task = worker, task
+        self.room, self.agent = worker.room, worker.agent
+
+    def create_task(self, title: str, **kw) -> dict:
+        """A follow-up task (a chain): its parent is this task unless told."""
+        kw.setdefault("parent", str(self.task["id"]))
+        return self.room.create_task(self.agent, title, **kw)
+
+    def ask(self, question: str, timeout: float | None = None) -> str:
+        """Ask the task's creator (or a person) and wait for the answer: the task waits
+        in feedback meanwhile. Returns the answer; raises TimeoutError."""
+        tid = str(self.task["id"])
+        self.room.move_task(self.agent, tid, "ask", question=question, note=question)
+        return wait_for_answer(self.worker.hub_spec, self.room, tid, timeout,
+                               self.worker._stopping)
+
+    def say(self, text: str) -> None:
+        """A progress note as the agent's status line (others see it in who)."""
+        self.room.set_status(self.agent, text[:200])
+
+
+def wait_for_answer(hub_spec, room, tid: str, timeout=None, stopping=None) -> str:
+    """Block until task `tid` has left feedback; its answer. On the notifier."""
+    from .notifier import Notifier
+    moved = threading.Event()
+    n = Notifier(hub_spec)
+    n.subscribe(room.name, "", lambda evs: moved.set(), every=True)
+    n.start()
+    try:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            t = room.task(tid)
+            if t["state"] != "feedback":
+                return t["answer"]
+            if stopping is not None and stopping.is_set():
+                raise Stop()
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"task {tid}: no answer within {timeout:g} s")
+            moved.wait(min(left, 5.0) if left is not None else 5.0)
+            moved.clear()
+    finally:
+        n.stop()
+
+
+class Worker:
+    def __init__(self, hub, room: str, agent: str, handler, caps=None, tags=(),
+                 backoff: float = BACKOFF, idle: float | None = None, on_event=None):
+        """`hub`: a Hub, or a path or git URL. `caps`: declared on start (None: keep
+        the agent's). `tags`: only tasks with one of them. `idle`: run() returns after
+        that many seconds with nothing ready (None: never). `on_event(dict)`: told of
+        every step (claimed, started, done, failed, released, idle, stopped)."""
+        from .opener import open_hub
+        self.hub = open_hub(hub, create=False) if isinstance(hub, str) else hub
+        self.hub_spec = hub if isinstance(hub, str) else self.hub.path
+        self.room = self.hub.room(room)
+        self.agent = agent
+        self.handler = handler
+        self.caps = None if caps is None else list(caps)
+        self.tags = [t for t in tags if t]
+        self.backoff, self.idle = backoff, idle
+        self.on_event = on_event or (lambda ev: None)
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self.current = ""
+        self._in_handler = False
+        self._ready_once = False
+
+    # --- one task ------------------------------------------------------------
+    def _prepare(self) -> None:
+        if self._ready_once:
+            return
+        view = self.room.view()
+        me = view.agent(self.agent)
+        if me is None or (self.caps is not None and me["caps"] != self.caps):
+            self.room.register(self.agent, (), "", caps=self.caps)
+        self._ready_once = True
+
+    def run_once(self) -> dict | None:
+        """Take one task and see it through; None when nothing is ready."""
+        self._prepare()
+        got = self.room.claim_next(self.agent, tag=",".join(self.tags))
+        tid = got["task"]
+        if not tid:
+            return None
+        task = self.room.task(tid)
+        self._emit("claimed", task)
+        self.current = tid
+        try:
+            if task["state"] == "assigned":
+                try:
+                    self.room.move_task(self.agent, tid, "start")
+                except Refusal as e:   # waits for a handshake or a sign-off: give it back
+                    self._give_back(tid, f"cannot start yet: {e.reason}")
+                    return self._emit("released", task, reason=e.reason, rule=e.rule)
+                task = self.room.task(tid)
+            self._emit("started", task)
+            return self._run_handler(task)
+        finally:
+            self.current = ""
+
+    def _run_handler(self, task: dict) -> dict:
+        tid = str(task["id"])
+        renewer = _Renewer(self, tid)
+        renewer.start()
+        try:
+            self._in_handler = True   # only here may a signal interrupt (not mid-write)
+            try:
+                result = self.handler(task, TaskContext(self, task))
+            finally:
+                self._in_handler = False
+        except Stop:
+            renewer.stop()
+            self._give_back(tid, "the worker was stopped")
+            self._emit("released", task, reason="stopped")
+            raise
+        except Exception as e:   # the attempt failed: retry later, or fail for good
+            renewer.stop()
+            return self._failed(task, _error_text(e))
+        renewer.stop()
+        note, extra = _note(result)
+        move = "complete" if not task["review"] else "submit"
+        try:
+            r = self.room.move_task(self.agent, tid, move, note=note)
+        except Refusal as e:
+            return self._failed(task, f"could not {move}: {e.reason}")
+        return self._emit("done", task, state=r["state"], note=note[:500], **extra)
+
+    def _failed(self, task: dict, error: str) -> dict:
+        tid = str(task["id"])
+        fresh = self.room.task(tid)
+        if fresh["state"] not in ("assigned", "in_progress") or fresh["assignee"] != self.agent:
+            return self._emit("lost", task, state=fresh["state"], error=error[-500:])
+        if fresh["retries"] < fresh["max_retries"]:
+            wait = math.ceil(min(self.backoff * (2 ** fresh["retries"]), MAX_BACKOFF))
+            self.room.move_task(self.agent, tid, "release", note=error, failed=True,
+                                retry_in=wait)
+            return self._emit("failed", task, error=error[-500:], retry_in=wait,
+                              retries=fresh["retries"] + 1)
+        self.room.move_task(self.agent, tid, "fail", note=error)
+        return self._emit("failed", task, error=error[-500:], final=True,
+                          retries=fresh["retries"])
+
+    def _give_back(self, tid: str, why: str) -> None:
+        try:
+            t = self.room.task(tid)
+            if t["state"] in machine.MOVES["release"][0] and t["assignee"] == self.agent:
+                self.room.move_task(self.agent, tid, "release", note=why)
+        except GitdropError:
+            pass   # reaped or moved meanwhile: nothing of ours to give back
+
+    # --- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        """Work until stopped (or idle for `idle` seconds); the number of tasks done."""
+        done = 0
+        old = self._signals()
+        from .notifier import Notifier
+        n = Notifier(self.hub_spec)
+        n.subscribe(self.room.name, self.agent, lambda evs: self._wake.set(), every=True)
+        n.start()
+        idle_since = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                try:
+                    ev = self.run_once()
+                except Stop:
+                    break
+                if ev is not None:
+                    done += ev["event"] == "done"
+                    idle_since = time.monotonic()
+                    continue
+                self._reap()
+                if self.idle is not None and time.monotonic() - idle_since >= self.idle:
+                    self._emit("idle", {}, seconds=self.idle)
+                    break
+                timeout = self._next_timer()
+                if self.idle is not None:
+                    timeout = min(timeout, max(0.0, self.idle - (time.monotonic() - idle_since)))
+                self._wake.wait(timeout)
+        finally:
+            n.stop()
+            self._restore(old)
+        self._emit("stopped", {}, done=done)
+        return done
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_signal(signum, frame):
+            self.stop()
+            if self._in_handler:     # interrupt the handler: its task is released
+                raise Stop()
+        return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    @staticmethod
+    def _restore(old) -> None:
+        for s, h in (old or {}).items():
+            signal.signal(s, h)
+
+    def _reap(self) -> None:
+        try:
+            for r in self.room.reap_leases(self.agent):
+                self._emit("reaped", {"id": r["task"], "title": ""}, state=r["state"])
+        except GitdropError:
+            pass
+
+    def _next_timer(self) -> float:
+        """Seconds until time alone changes what is ready: a backoff ends, a lease in
+        the room expires (to reap it). At most 300: a long sleep re-checks."""
+        now = self.room.clock()
+        soon = now + 300
+        for t in self.room.list_tasks(state="pending,assigned,in_progress"):
+            if t["state"] == "pending" and t["not_before"] > now:
+                soon = min(soon, t["not_before"])
+            elif t["state"] != "pending" and t["assignee"] != self.agent:
+                soon = min(soon, max(t["lease_until"], now + 1))
+        return max(0.5, soon - now + 0.5)
+
+    def _emit(self, what: str, task: dict, **extra) -> dict:
+        ev = dict({"event": what, "agent": self.agent, "room": self.room.name,
+                   "task": str(task.get("id", "")), "title": task.get("title", ""),
+                   "time": int(time.time())}, **extra)
+        try:
+            self.on_event(ev)
+        except Exception:
+            pass
+        return ev
+
+
+class _Renewer(threading.Thread):
+    """Renews the lease of the task being worked on, at a third of the room's lease."""
+
+    def __init__(self, worker: Worker, tid: str):
+        super().__init__(daemon=True, name=f"gitdrop-renew-{tid}")
+        self.worker, self.tid, self._done = worker, tid, threading.Event()
+        self.every = max(1.0, worker.room.view().settings["task_lease"] / 3)
+
+    def run(self):
+        while not self._done.wait(self.every):
+            try:
+                t = self.worker.room.task(self.tid)
+                if t["state"] not in ("assigned", "in_progress"):
+                    continue   # in feedback or blocked: no lease runs
+                self.worker.room.move_task(self.worker.agent, self.tid, "renew")
+            except GitdropError:
+                continue
+
+    def stop(self):
+        self._done.set()
+
+
+def _note(result) -> tuple[str, dict]:
+    if result is None:
+        return "done", {}
+    if isinstance(result, dict):
+        note = str(result.get("summary") or result.get("result") or "done")
+        files = result.get("files_changed")
+        if files:
+            note += "\n\nFiles changed: " + ", ".join(files)
+        return note, {}
+    return str(result).strip() or "done", {}
+
+
+def _error_text(e: BaseException) -> str:
+    if isinstance(e, Failed):
+        return str(e)[-2000:] or "failed"
+    tb = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return tb[-2000:] or type(e).__name__
+
