@@ -448,7 +448,8 @@ class Room:
     def create_task(self, agent: str, title: str, body: str = "", assignee: str = "",
                     priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
                     project: str = "", reviewer: str = "", key: str = "", after=(),
-                    requires=(), parent: str = "", review: bool = True) -> dict:
+                    requires=(), parent: str = "", review: bool = True,
+                    brief: bool = False) -> dict:
         """`after`: ids of tasks this one waits on; `requires`: capabilities its
         assignee must have; `parent`: the task it is part of."""
         agent = self.resolve(agent)
@@ -458,7 +459,8 @@ class Room:
         key = self._keyed(key, "task-create", title, body, assignee, priority, list(tags),
                           handshake, max_retries, project, reviewer,
                           *((after, requires, parent) if after or requires or parent else ()),
-                          *(("no-review",) if not review else ()))
+                          *(("no-review",) if not review else ()),
+                          *(("brief",) if brief else ()))
 
         def build(view, tip):
             tid = str(self._next_id(view, view.task_ids()))
@@ -471,7 +473,8 @@ class Room:
                 "priority": int(priority), "tags": [t for t in tags if t], "project": project,
                 "max_retries": view.settings["max_retries"] if max_retries is None else int(max_retries),
                 "handshake": int(handshake or 0), "created": now, "updated": now,
-                "after": after, "requires": requires, "parent": parent, "review": bool(review)})
+                "after": after, "requires": requires, "parent": parent, "review": bool(review),
+                "brief": bool(brief)})
             subject = f"task {tid} created by {model.short(agent)}: {_subject_text(title)}"
             if who:
                 subject = f"task {tid} created and assigned to {model.short(who)}: {_subject_text(title, 40)}"

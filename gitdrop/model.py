@@ -212,7 +212,7 @@ TASK_FIELDS = {
     "max_retries": 3, "handshake": 0, "signoffs": [], "resume": "",
     "question": "", "answer": "", "note": "", "created": 0, "updated": 0,
     "lease_until": 0, "after": [], "parent": "", "requires": [], "review": True,
-    "not_before": 0,
+    "not_before": 0, "brief": False,
 }
 AGENT_FIELDS = {
     "id": "", "roles": [], "description": "", "status": "", "registered": 0,

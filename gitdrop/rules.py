@@ -10,7 +10,7 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 import bisect
 import time
 
-from . import deps, fmt, machine, model
+from . import brief, deps, fmt, machine, model
 from .errors import Refusal
 from .view import Change, RoomView, first_parent_walk, parse_file  # noqa: F401 (Change: re-export)
 
@@ -515,8 +515,17 @@ def _check_task_create(before, c, changes, ctx, op):
         _refuse("handshake-go", c, f"handshake {t['handshake']} does not exist",
                 "start the handshake first, or leave handshake = 0")
     _check_deps(before, c, None, t, ch.key)
+    _check_brief(c, t, body, ch.key)
     if t["assignee"]:
         _check_caps(before, c, t, t["assignee"])
+
+
+def _check_brief(c, t, body, tid):
+    why = brief.problem(body) if t["brief"] else ""
+    if why:
+        _refuse("task-brief", c, f"task {tid} is a brief, but {why}", "give it the sections "
+                "of a brief: start from templates/briefs/task.md (gitdrop task create TITLE "
+                "--template task)")
 
 
 def _check_deps(before, c, old, new, tid):
@@ -648,6 +657,8 @@ def _check_task_move(before, c, changes, ctx, op):
     if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
         _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
     _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
+    if move == "edit" and (new["brief"] != old["brief"] or new_body != old_body):
+        _check_brief(c, new, new_body, tid)
     if "lease_until" in fields:
         _check_task_lease(before, c, old, new, tid, ctx, move)
 

@@ -304,6 +304,8 @@ def check(words: list[str], helps: Helps) -> str | None:
     pending = []
     while i < len(rest):
         w = rest[i]
+        if w == "--":   # what follows is another program's command line
+            break
         subs = subcommands(text)
         if is_option(w):
             pending.append(w.split("=")[0])

@@ -46,6 +46,13 @@ def create(s: Scope,
                "(repeat, or a comma list; agents declare them with register --cap).")] = None,
            parent: Annotated[str, typer.Option("--parent", metavar="ID",
                                                help="The task this one is part of.")] = "",
+           brief: Annotated[Optional[str], typer.Option(
+               "--brief", metavar="FILE", help="A self-contained brief as the body (checked: "
+               "Objective and Acceptance criteria sections; '-': stdin).",
+               show_default=False)] = None,
+           template: Annotated[Optional[str], typer.Option(
+               "--template", metavar="NAME", help="Start the brief from templates/briefs/NAME.md "
+               "(task, bugfix) or a file.", show_default=False)] = None,
            no_review: Annotated[bool, typer.Option(
                "--no-review", help="Its assignee completes it (gitdrop task complete) "
                "without a review.")] = False,
@@ -53,12 +60,21 @@ def create(s: Scope,
                "--key", help="Idempotency key: a retry with the same key creates one "
                "task (env GITDROP_KEY).")] = ""):
     """Create a task; prints its id (with --json, {"id": ...})."""
-    text = read_text(body, body_file, "body")
+    if sum(x is not None for x in (body, body_file, brief, template)) > 1:
+        raise UsageError("give one of --body, --body-file, --brief and --template", "")
+    if template is not None:
+        from ..brief import template as load
+        text = load(template)
+    elif brief is not None:
+        text = read_text(None, brief, "brief")
+    else:
+        text = read_text(body, body_file, "body")
     r = s.room.create_task(s.agent, title, body=text, assignee=assign, priority=priority,
                            tags=split_list(tag), handshake=handshake, max_retries=max_retries,
                            project=project, reviewer=reviewer, key=key or s.key,
                            after=split_list(after), requires=split_list(requires),
-                           parent=parent, review=not no_review)
+                           parent=parent, review=not no_review,
+                           brief=brief is not None or template is not None)
     s.note(f"created task {r['id']}" + (f" for {r['assignee']}" if r["assignee"] else "")
            + f" ({r['state']}) [{short_id(r['commit'])}]")
     s.emit(r, r["id"])
@@ -198,7 +214,11 @@ def show(s: Scope, task_id: Id):
                   f"{'at' if lease['expired'] else 'until'} {_utc(lease['until'])}"
                   + (" (anyone may reap it: gitdrop task reap " + str(t["id"]) + ")"
                      if lease["expired"] else ""))
-        if t["body"].strip():
+        if t["brief"]:
+            from ..brief import render
+            print()
+            print(render(t["body"]))
+        elif t["body"].strip():
             print()
             print(t["body"].rstrip("\n"))
     s.emit({"task": t}, human)

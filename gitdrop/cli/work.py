@@ -54,7 +54,7 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
 @command(app, "work", context_settings={"allow_interspersed_args": False})
 def work(s: Scope,
          cmd: Annotated[list[str], typer.Argument(
-             metavar="-- COMMAND [ARGS]...", help="The program that does a task: the task "
+             metavar="-- PROGRAM [ARGS]...", help="The program that does a task: the task "
              "as JSON on stdin and GITDROP_TASK_ID, _TITLE, _BODY, _TAGS, ... in its "
              "environment; exit 0 hands in its stdout, any other exit fails the attempt.",
              show_default=False)],
@@ -69,7 +69,7 @@ def work(s: Scope,
          backoff: Annotated[float, typer.Option(
              "--backoff", metavar="SECONDS", help="Before a failed task is offered again; "
              "doubles with each retry.")] = 10.0):
-    """Work tasks with a program, one at a time: claim the best ready task, run COMMAND,
+    """Work tasks with a program, one at a time: claim the best ready task, run PROGRAM,
     submit its output (or complete it, for a task without review), or on failure give it
     back to be retried after a backoff (failed once its retries are used up). Sleeps on
     the notifier between tasks; SIGTERM gives the current task back."""
