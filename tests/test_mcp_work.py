@@ -199,6 +199,10 @@ def test_refusal_hints_name_the_tools():
             ("release one by its id (gitdrop lease list)", "path_lease(action='list')"),
             ("list only existing tasks in after, with no cycle (gitdrop task graph shows "
              "the graph)", "list_tasks shows each task's after"),
-            ("wait, or take a narrower glob (or --shared)", "(or shared=true)")):
+            ("wait, or take a narrower glob (or --shared)", "(or shared=true)"),
+            ("submit it for review (gitdrop task submit 7)",
+             "submit_for_review(task_id=7, summary=...)"),
+            ("fail it instead (gitdrop task fail 7 --reason ...)",
+             "update_task(task_id=7, status='failed', result=...)")):
         text = mcp_tools.render_error(Refusal("some-rule", "why", fix))
         assert want in text and "gitdrop " not in text, text
