@@ -667,9 +667,9 @@ class Room:
         """The tasks `agent` may take now, best first (see deps.ready)."""
         agent = self.resolve(agent)
         view = self.view()
-        headers = self._headers(view)
-        got = deps.ready(self._lookup(headers), headers, agent, self._caps(view, agent), tag,
-                         now=self.clock())
+        pool, states = taskindex.ready_pool(view)
+        got = deps.ready(lambda d: {"state": states[d]} if d in states else None, pool, agent,
+                         self._caps(view, agent), tag, now=self.clock())
         return [taskindex.full(t) for t in (got[:limit] if limit else got)]
 
     def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:

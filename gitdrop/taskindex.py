@@ -59,6 +59,77 @@ def headers(view) -> list[dict]:
     return out
 
 
+POOL_STATES = ("pending", "assigned")
+
+
+def ready_pool(view) -> tuple[list[dict], dict[str, str]]:
+    """What `ready` looks at: the tasks it may offer (pending or assigned) and the
+    states of the tasks they wait on. Kept by the id of the room's tasks/ tree in
+    `<hub>/gitdrop/tasks/<room>.ready`: while no task changes, a command answers
+    from it without listing or reading the others (most of a worked-in room's
+    tasks are done); after a change it is made again from the index."""
+    reader = view.reader
+    entry = reader._entry(view.tree, "tasks") if view.tree and hasattr(reader, "tree") else None
+    if entry is None:
+        return _pool(headers(view))
+    tree = entry[1]
+    mem = _memo(reader, "_ready_pools")
+    got = mem.get(view.name)
+    if got is not None and got[0] == tree:
+        return got[1], got[2]
+    git_dir = _git_dir(reader)
+    path = os.path.join(git_dir, "gitdrop", "tasks", view.name + ".ready") if git_dir else ""
+    loaded = _load_pool(path, tree) if path else None
+    if loaded is None:
+        loaded = _pool(headers(view))
+        if path:
+            _save_pool(path, tree, *loaded)
+    mem[view.name] = (tree, *loaded)
+    return loaded
+
+
+def _pool(hs) -> tuple[list[dict], dict[str, str]]:
+    pool = [h for h in hs if h["state"] in POOL_STATES]
+    need = {d for h in pool for d in h["after"]}
+    return pool, {str(h["id"]): h["state"] for h in hs if str(h["id"]) in need}
+
+
+def _load_pool(path: str, tree: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("tree") != tree:
+            return None
+        pool = [Header(h) for h in data["pool"] if isinstance(h, dict)]
+        states = {str(k): str(v) for k, v in data["states"].items()}
+        return pool, states
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _save_pool(path: str, tree: str, pool, states) -> None:
+    slim = [{k: v for k, v in h.items() if v != model.TASK_FIELDS.get(k)} for h in pool]
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"tree": tree, "pool": slim, "states": states}, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        pass   # a cache
+
+
+def _memo(reader, attr: str) -> dict:
+    got = getattr(reader, attr, None)
+    if got is None:
+        got = {}
+        try:
+            setattr(reader, attr, got)
+        except AttributeError:
+            pass
+    return got
+
+
 class _Index:
     def __init__(self, path: str):
         self.path, self.known, self.lines = path, {}, 0
@@ -140,13 +211,7 @@ def _line(oid: str, header: dict) -> str:
 
 
 def _index(reader, room: str) -> _Index:
-    got = getattr(reader, "_task_index", None)
-    if got is None:
-        got = {}
-        try:
-            reader._task_index = got
-        except AttributeError:
-            pass
+    got = _memo(reader, "_task_index")
     if room not in got:
         git_dir = _git_dir(reader)
         got[room] = _Index(path_for(git_dir, room) if git_dir and room else "")

@@ -91,3 +91,26 @@ def test_ready_in_a_fresh_process_reads_the_index(hub, team, tmp_path):
     assert p1.returncode == p2.returncode == 0 and p1.stdout == p2.stdout
     assert os.stat(idx).st_mtime_ns == before      # nothing new to parse: nothing written
     assert p1.stdout.count('"title"') == 30
+
+
+def test_the_ready_pool_is_kept_by_the_tasks_tree_and_remade_after_a_change(hub, team):
+    a = team.create_task("core/juno", "a")["id"]
+    b = team.create_task("core/juno", "b", after=[a])["id"]
+    c = team.create_task("core/juno", "c")["id"]
+    team.move_task("core/spartan", c, "claim")
+    team.move_task("core/spartan", c, "start")
+    first = [t["id"] for t in _fresh_lean(hub.path).ready("core/kai")]
+    assert first == [a]
+    pool = os.path.join(hub.path, "gitdrop", "tasks", "lobby.ready")
+    import json
+    data = json.load(open(pool))
+    assert sorted(h["id"] for h in data["pool"]) == [a, b]    # c is in progress: not kept
+    assert data["states"] == {a: "pending"}
+    # another tree's pool is not used
+    json.dump(dict(data, tree="0" * 40, pool=[]), open(pool, "w"))
+    assert [t["id"] for t in _fresh_lean(hub.path).ready("core/kai")] == [a]
+    # a change of any task makes it again
+    team.move_task("core/kai", a, "claim")
+    assert [t["id"] for t in _fresh_lean(hub.path).ready("core/kai")] == [a]   # its own
+    assert json.load(open(pool))["states"] == {a: "assigned"}
+    assert [t["id"] for t in _fresh_lean(hub.path).ready("core/spartan")] == []
