@@ -326,3 +326,21 @@ def test_the_cli_ready_claim_graph_and_edit(hub, team):
     assert "db, ui" in p.stdout
     p = _gd(hub, "core/juno", "task", "edit", b)
     assert p.returncode == 2 and "nothing to change" in p.stderr
+
+
+def test_the_notifier_wakes_whoever_can_take_a_task_that_became_ready(hub, team):
+    from gitdrop.notifier import Notifier
+    team.register("core/kai", caps=["db"])
+    a = team.create_task("core/juno", "a", review=False)["id"]
+    team.create_task("core/juno", "b", after=[a], requires=["db"])
+    team.move_task("core/spartan", a, "claim")
+    team.move_task("core/spartan", a, "start")
+    got = {"kai": [], "juno": []}
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/kai", lambda evs: got["kai"].extend(evs))
+    n.subscribe("lobby", "core/juno", lambda evs: got["juno"].extend(evs))
+    n.scan()
+    done = team.move_task("core/spartan", a, "complete", note="done")
+    n.scan()
+    assert [(e["op"], e["id"]) for e in got["kai"]] == [("task-complete", done["commit"])]
+    assert [e["op"] for e in got["juno"]] == ["task-complete"]   # the creator is told too
