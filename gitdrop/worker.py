@@ -212,7 +212,8 @@ class Worker:
                     done += ev["event"] == "done"
                     idle_since = time.monotonic()
                     continue
-                self._reap()
+                if self._reap():   # our own commits wake nobody: look again at once
+                    continue
                 if self.idle is not None and time.monotonic() - idle_since >= self.idle:
                     self._emit("idle", {}, seconds=self.idle)
                     break
@@ -245,12 +246,15 @@ class Worker:
         for s, h in (old or {}).items():
             signal.signal(s, h)
 
-    def _reap(self) -> None:
+    def _reap(self) -> int:
+        """Reap the room's expired leases; how many were reaped."""
         try:
-            for r in self.room.reap_leases(self.agent):
-                self._emit("reaped", {"id": r["task"], "title": ""}, state=r["state"])
+            got = self.room.reap_leases(self.agent)
         except GitdropError:
-            pass
+            return 0
+        for r in got:
+            self._emit("reaped", {"id": r["task"], "title": ""}, state=r["state"])
+        return len(got)
 
     def _next_timer(self) -> float:
         """Seconds until time alone changes what is ready: a backoff ends, a lease in
