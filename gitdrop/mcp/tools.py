@@ -378,9 +378,11 @@ def _int_id(value, what: str) -> str:
 
 ONBOARDING = ("Registered. Protocol: call check_inbox now and whenever you are notified; "
               "read before you send (send is refused while you have unread messages). "
-              "Ack handshakes addressed to you before starting bound work. Work a task: "
+              "Ack handshakes addressed to you before starting bound work. Find work: "
+              "claim_task without task_id takes the best task ready for you. Work a task: "
               "update_task(status='in_progress'), then submit_for_review; ask with "
-              "request_feedback when blocked.")
+              "request_feedback when blocked; path_lease the files you will edit when "
+              "others work in the same repository.")
 
 
 class ToolBox:
