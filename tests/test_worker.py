@@ -1,0 +1,461 @@
+"""The worker loop (gitdrop.Worker): claim the best ready task, run a handler, hand in
+its result; retries with backoff, follow-ups, questions, SIGTERM, lease renewal, the
+notifier and reaping. In process and in real worker processes. And the rules a worker
+leans on, on both paths: the core's writes and a raw `git push` through the hook."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from gitdrop import Worker, fmt, hub as hubmod
+from gitdrop.errors import Refusal
+from gitdrop.view import first_parent_walk
+
+from cli_helpers import ENTRY, OWN_ENV
+from conftest import refused_rule
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEAD, W = "core/juno", "core/w1"
+
+
+class Clock:
+    def __init__(self, t=1_800_000_000):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _hub(tmp_path, clock=None):
+    h = hubmod.init(str(tmp_path / "hub.git"), fsync=False,
+                    **({"clock": clock} if clock else {}))
+    r = h.room("lobby")
+    r.register(LEAD, ["lead"])
+    r.register(W, ["coder"])
+    r.register("core/kai", ["coder"])
+    return h, r
+
+
+def _moves(hub, tid):
+    """(op, author) of every commit about task `tid`, oldest first."""
+    out = []
+    for c in first_parent_walk(hub.store.reader, hub.store.room_tip("lobby")):
+        if fmt.trailer(c.trailers, "task") == str(tid):
+            out.append((c.op, c.author))
+    out.reverse()
+    return out
+
+
+def _env(hub, agent):
+    e = {k: v for k, v in os.environ.items() if k not in OWN_ENV}
+    e.update(GITDROP_HUB=hub.path, GITDROP_ROOM="lobby", GITDROP_AGENT=agent)
+    return e
+
+
+def _until(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _rule(fn, *a, **kw):
+    with pytest.raises(Refusal) as e:
+        fn(*a, **kw)
+    return e.value
+
+
+# --- one task at a time ----------------------------------------------------------
+
+def test_run_once_submits_a_reviewed_task_and_completes_one_without_review(tmp_path):
+    hub, room = _hub(tmp_path)
+    a = room.create_task(LEAD, "reviewed", priority=1)["id"]
+    b = room.create_task(LEAD, "no review", review=False)["id"]
+    seen, events = [], []
+
+    def handler(task, ctx):
+        seen.append((task["id"], task["state"], task["assignee"]))
+        return f"did {task['title']}"
+    w = Worker(hub, "lobby", W, handler, on_event=events.append)
+    ev = w.run_once()
+    assert (ev["event"], ev["task"], ev["state"], ev["note"]) == \
+        ("done", a, "review", "did reviewed")
+    assert [e["event"] for e in events] == ["claimed", "started", "done"]
+    got = room.task(a)
+    assert (got["state"], got["assignee"], got["note"]) == ("review", W, "did reviewed")
+    ev = w.run_once()
+    assert (ev["event"], ev["task"], ev["state"]) == ("done", b, "completed")
+    assert room.task(b)["state"] == "completed" and room.task(b)["note"] == "did no review"
+    assert w.run_once() is None
+    assert seen == [(a, "in_progress", W), (b, "in_progress", W)]
+    assert _moves(hub, a) == [("task-create", LEAD), ("task-claim", W), ("task-start", W),
+                              ("task-submit", W)]
+    assert _moves(hub, b) == [("task-create", LEAD), ("task-claim", W), ("task-start", W),
+                              ("task-complete", W)]
+    # caps declared by the worker on its first round, and a tag filter
+    c = room.create_task(LEAD, "db", requires=["db"], tags=["x"], review=False)["id"]
+    assert Worker(hub, "lobby", "core/kai", handler, tags=["y"], caps=["db"]).run_once() is None
+    assert room.view().agent("core/kai")["caps"] == ["db"]
+    ev = Worker(hub, "lobby", "core/kai", handler, tags=["y", "x"]).run_once()
+    assert ev["task"] == c and room.task(c)["assignee"] == "core/kai"
+
+
+def test_an_exception_is_retried_with_backoff_then_fails_for_good(tmp_path):
+    clock = Clock()
+    hub, room = _hub(tmp_path, clock)
+    t = room.create_task(LEAD, "flaky", max_retries=2)["id"]
+    calls = []
+
+    def handler(task, ctx):
+        calls.append(task["retries"])
+        raise ValueError(f"boom {len(calls)}")
+    w = Worker(hub, "lobby", W, handler, backoff=30)
+    ev = w.run_once()
+    assert (ev["event"], ev["retries"], ev["retry_in"]) == ("failed", 1, 30)
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"], got["not_before"]) == \
+        ("pending", "", 1, clock.t + 30)
+    assert "ValueError: boom 1" in got["note"]
+    assert w.run_once() is None and room.ready(W) == []    # backing off
+    clock.t += 29
+    assert w.run_once() is None
+    clock.t += 1
+    ev = w.run_once()                                      # the backoff doubles
+    assert (ev["event"], ev["retries"], ev["retry_in"]) == ("failed", 2, 60)
+    assert room.task(t)["not_before"] == clock.t + 60
+    clock.t += 60
+    ev = w.run_once()                                      # max_retries used up
+    assert ev["event"] == "failed" and ev["final"] is True
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"]) == ("failed", W, 2)
+    assert "ValueError: boom 3" in got["note"]
+    assert calls == [0, 1, 2]
+    assert w.run_once() is None
+    moves = [op for op, _a in _moves(hub, t)]
+    assert moves == ["task-create"] + ["task-claim", "task-start", "task-release"] * 2 + \
+        ["task-claim", "task-start", "task-fail"]
+
+
+def test_a_handler_creates_a_follow_up_with_its_task_as_parent(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "plan", review=False)["id"]
+
+    def handler(task, ctx):
+        if task["title"] == "plan":
+            ctx.create_task("build", review=False, tags=["next"])
+            return "planned"
+        return "built"
+    w = Worker(hub, "lobby", W, handler)
+    assert w.run_once()["task"] == t
+    kids = [x for x in room.list_tasks() if x["title"] == "build"]
+    assert len(kids) == 1
+    kid = kids[0]
+    assert (kid["parent"], kid["creator"], kid["tags"], kid["review"]) == (t, W, ["next"], False)
+    ev = w.run_once()
+    assert (ev["task"], ev["state"]) == (kid["id"], "completed")
+
+
+def test_ask_waits_in_feedback_for_the_answer_from_another_process(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "pick a db")["id"]
+    out = {}
+
+    def handler(task, ctx):
+        a = ctx.ask("postgres or sqlite?", timeout=30)
+        out["answered"] = time.monotonic()
+        return f"used {a}"
+    w = Worker(hub, "lobby", W, handler)
+    th = threading.Thread(target=lambda: out.update(ev=w.run_once()))
+    th.start()
+    try:
+        qs = _until(room.questions, 10, "the question")
+        assert [(q["task"], q["asked_by"], q["for"], q["question"]) for q in qs] == \
+            [(t, W, LEAD, "postgres or sqlite?")]
+        assert room.task(t)["state"] == "feedback"
+        p = subprocess.run([*ENTRY, "feedback", "answer", t, "postgres"], env=_env(hub, LEAD),
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        sent = time.monotonic()
+        th.join(15)
+        assert not th.is_alive()
+    finally:
+        w.stop()
+        th.join(5)
+    assert out["ev"]["event"] == "done" and out["ev"]["state"] == "review"
+    assert out["answered"] - sent < 3        # woken by the notifier, not a 5 s poll
+    got = room.task(t)
+    assert (got["state"], got["answer"], got["note"]) == ("review", "postgres", "used postgres")
+    assert [m for m, _a in _moves(hub, t)] == ["task-create", "task-claim", "task-start",
+                                               "task-ask", "task-answer", "task-submit"]
+
+
+def test_ask_times_out(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "x", max_retries=0)["id"]
+
+    def handler(task, ctx):
+        return ctx.ask("anyone?", timeout=0.5)
+    ev = Worker(hub, "lobby", W, handler).run_once()
+    # the task waits in feedback: the worker cannot fail it from there
+    assert ev["event"] == "lost" and "TimeoutError" in ev["error"]
+    assert room.task(t)["state"] == "feedback"
+
+
+# --- worker processes ----------------------------------------------------------------
+
+PROC = r"""
+import json, sys, time
+from gitdrop import Worker
+hub, agent, mode, idle = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+def handler(task, ctx):
+    print("handler", task["id"], flush=True)
+    if mode == "sleep":
+        time.sleep(120)
+    elif mode == "long":
+        time.sleep(float(task["body"]))
+    return "ok " + task["title"]
+
+w = Worker(hub, "lobby", agent, handler, idle=idle,
+           on_event=lambda ev: print("event", json.dumps(ev), flush=True))
+print("exit", w.run(), flush=True)
+"""
+
+
+def _spawn(tmp_path, hub, agent, mode, idle=60.0):
+    log = str(tmp_path / f"{agent.replace('/', '-')}.log")
+    with open(log, "w") as out:
+        p = subprocess.Popen([sys.executable, "-c", PROC, hub.path, agent, mode, str(idle)],
+                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=ROOT, env=_env(hub, agent))
+    return p, log
+
+
+def _lines(log):
+    with open(log) as f:
+        return f.read().splitlines()
+
+
+def _kill(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def test_sigterm_mid_handler_gives_the_task_back_and_exits(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "long", max_retries=3)["id"]
+    p, log = _spawn(tmp_path, hub, W, "sleep")
+    try:
+        _until(lambda: f"handler {t}" in _lines(log), 30, "the handler to start")
+        assert room.task(t)["state"] == "in_progress"
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0, _lines(log)
+        took = time.monotonic() - sent
+    finally:
+        _kill(p)
+    assert took < 5, took
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"], got["lease_until"],
+            got["not_before"]) == ("pending", "", 0, 0, 0)
+    assert "stopped" in got["note"]
+    assert _moves(hub, t)[-1] == ("task-release", W)
+    lines = _lines(log)
+    assert any('"event": "released"' in x and '"reason": "stopped"' in x for x in lines)
+    assert lines[-1] == "exit 0", lines
+
+
+def test_the_lease_is_renewed_while_a_long_handler_runs(tmp_path):
+    hub, room = _hub(tmp_path)
+    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 3})
+    t = room.create_task(LEAD, "slow", body="7", review=False)["id"]
+    p, log = _spawn(tmp_path, hub, W, "long", idle=1)
+    reaped = []
+    try:
+        _until(lambda: f"handler {t}" in _lines(log), 30, "the handler to start")
+        end = time.monotonic() + 6
+        while time.monotonic() < end:     # past two leases: never expired, never reaped
+            assert not room.lease(t)["expired"]
+            reaped += room.reap_leases("core/kai")
+            time.sleep(0.2)
+        assert p.wait(30) == 0, _lines(log)
+    finally:
+        _kill(p)
+    assert reaped == []
+    assert room.task(t)["state"] == "completed"
+    moves = _moves(hub, t)
+    renews = [m for m in moves if m == ("task-renew", W)]
+    assert len(renews) >= 4, moves
+    assert moves[-1] == ("task-complete", W)
+
+
+def test_an_idle_worker_wakes_on_the_notifier(tmp_path):
+    hub, room = _hub(tmp_path)
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "ok", idle=120, on_event=events.append)
+    th = threading.Thread(target=w.run)
+    th.start()
+    try:
+        time.sleep(1.5)                   # idle, on a timer of minutes
+        assert events == []
+        assert w._next_timer() > 100
+        made = time.monotonic()
+        t = room.create_task(LEAD, "now", review=False)["id"]
+        _until(lambda: any(e["event"] == "done" for e in events), 10, "the task to be done")
+        took = time.monotonic() - made
+    finally:
+        w.stop()
+        th.join(10)
+    assert not th.is_alive()
+    assert took < 2, took
+    assert [(e["event"], e["task"]) for e in events] == \
+        [("claimed", t), ("started", t), ("done", t), ("stopped", "")]
+    assert room.task(t)["state"] == "completed"
+
+
+def test_a_worker_reaps_the_expired_lease_of_a_dead_holder_and_does_the_task(tmp_path):
+    hub, room = _hub(tmp_path)
+    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 2})
+    t = room.create_task(LEAD, "orphan", review=False)["id"]
+    room.move_task("core/kai", t, "claim")
+    room.move_task("core/kai", t, "start")   # and then it dies
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "redone", idle=4,
+               on_event=lambda e: events.append(dict(e, at=time.monotonic())))
+    t0 = time.monotonic()
+    done = w.run()
+    assert done == 1
+    kinds = [e["event"] for e in events]
+    assert kinds == ["reaped", "claimed", "started", "done", "idle", "stopped"], events
+    at = {e["event"]: e["at"] - t0 for e in events}
+    assert 1 <= at["reaped"] < 4, at            # on a timer set to the lease's end
+    assert at["claimed"] - at["reaped"] < 1, at  # at once, not after the idle timer
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"]) == ("completed", W, 1)
+    assert _moves(hub, t) == [("task-create", LEAD), ("task-claim", "core/kai"),
+                              ("task-start", "core/kai"), ("task-reap", W), ("task-claim", W),
+                              ("task-start", W), ("task-complete", W)]
+
+
+# --- the rules a worker leans on, on both paths ----------------------------------------
+
+BRIEF = """## Objective
+Make it so.
+
+## Acceptance criteria
+- [ ] it is so
+"""
+NOT_A_BRIEF = "## Objective\nMake it so.\n"
+
+
+def _doc(c, tid, **over):
+    head, body = fmt.loads_doc(c.read(f"tasks/{tid}.md"))
+    body = over.pop("body", body)
+    head.update(over)
+    c.write(f"tasks/{tid}.md", fmt.dumps_doc(head, body))
+
+
+def _op(c, subject, op, tid):
+    return c.commit(f"{subject}\n\nGitdrop-Op: {op}\nGitdrop-Task: {tid}")
+
+
+def test_the_rules_of_complete_release_review_and_briefs_in_the_core(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "reviewed", max_retries=1)["id"]
+    room.move_task(W, t, "claim")
+    room.move_task(W, t, "start")
+    e = _rule(room.move_task, W, t, "complete", note="done")
+    assert e.rule == "task-state-machine" and "review" in e.reason
+    e = _rule(room.move_task, "core/kai", t, "release")
+    assert e.rule == "task-state-machine"
+    e = _rule(room.move_task, W, t, "edit", review=False)
+    assert e.rule == "task-state-machine" and "creator" in e.reason
+    room.move_task(W, t, "release", failed=True, note="x")          # retries 1 of 1
+    room.move_task(W, t, "claim")
+    e = _rule(room.move_task, W, t, "release", failed=True, note="y")
+    assert e.rule == "task-state-machine" and "retries" in e.reason
+    room.move_task(W, t, "release", note="stopped")                 # counting nothing: fine
+    assert room.task(t)["retries"] == 1
+    room.move_task(LEAD, t, "edit", review=False)                   # the creator may
+    assert room.task(t)["review"] is False
+    e = _rule(room.create_task, LEAD, "brief", body=NOT_A_BRIEF, brief=True)
+    assert e.rule == "task-brief" and "Acceptance criteria" in e.reason
+    b = room.create_task(LEAD, "brief", body=BRIEF, brief=True)["id"]
+    e = _rule(room.move_task, LEAD, b, "edit", body=NOT_A_BRIEF)
+    assert e.rule == "task-brief"
+    assert room.task(b)["body"] == BRIEF
+
+
+def test_the_same_rules_on_a_raw_push(hub, tmp_path, clone):
+    room = hub.room("lobby")
+    room.register(LEAD, ["lead"])
+    room.register(W, ["coder"])
+    room.register("core/kai", ["coder"])
+    t = room.create_task(LEAD, "reviewed", max_retries=1)["id"]
+    room.move_task(W, t, "claim")
+    room.move_task(W, t, "start")
+    w = clone(W)
+    # complete without review
+    _doc(w, t, state="completed")
+    _op(w, "done", "task-complete", t)
+    ok, err = w.push()
+    assert not ok and refused_rule(err) == "task-state-machine" and "review" in err, err
+    w.pull()
+    # the assignee turns its review off
+    _doc(w, t, review=False)
+    w.commit("no review")
+    ok, err = w.push()
+    assert not ok and refused_rule(err) == "task-state-machine" and "creator" in err, err
+    w.pull()
+    # a release by someone else
+    kai = clone("core/kai")
+    _doc(kai, t, state="pending", assignee="", lease_until=0)
+    _op(kai, "give it back", "task-release", t)
+    ok, err = kai.push()
+    assert not ok and refused_rule(err) == "task-state-machine", err
+    # a release counting a retry past max_retries (1)
+    room.move_task(W, t, "release", failed=True, note="x")
+    room.move_task(W, t, "claim")
+    w.pull()
+    _doc(w, t, state="pending", assignee="", lease_until=0, retries=2)
+    _op(w, "give it back", "task-release", t)
+    ok, err = w.push()
+    assert not ok and refused_rule(err) == "task-state-machine" and "retries" in err, err
+    w.pull()
+    _doc(w, t, state="pending", assignee="", lease_until=0)    # counting nothing: accepted
+    w.commit("give it back")
+    ok, err = w.push()
+    assert ok, err
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"]) == ("pending", "", 1)
+    # briefs, at create and at edit
+    lead = clone(LEAD)
+    head, _ = fmt.loads_doc(lead.read(f"tasks/{t}.md"))
+    head.update(id="50", title="brief by hand", brief=True, state="pending", assignee="",
+                retries=0, creator=LEAD)
+    lead.write("tasks/50.md", fmt.dumps_doc(head, NOT_A_BRIEF))
+    lead.commit("a brief by hand")
+    ok, err = lead.push()
+    assert not ok and refused_rule(err) == "task-brief", err
+    lead.write("tasks/50.md", fmt.dumps_doc(head, BRIEF))
+    git_amend = subprocess.run(["git", "commit", "-q", "-a", "--amend", "--no-edit"],
+                               cwd=lead.path, capture_output=True, text=True)
+    assert git_amend.returncode == 0, git_amend.stderr
+    ok, err = lead.push()
+    assert ok, err
+    assert room.task("50")["brief"] is True
+    _doc(lead, "50", body=NOT_A_BRIEF)
+    lead.commit("cut the criteria")
+    ok, err = lead.push()
+    assert not ok and refused_rule(err) == "task-brief", err
+    assert hub.verify("lobby")
