@@ -1,0 +1,255 @@
+"""The Stop hook of templates/claude-code, run as Claude Code runs it: a process with
+the hook's JSON on stdin (session_id, hook_event_name "Stop", stop_hook_active) and
+its decision on stdout ({"decision": "block", "reason": ...} to keep the agent working,
+nothing to let it stop), against a real hub. It hands over the task the agent holds,
+then what waits in its inbox, then a task it claims; it waits for work up to
+GITDROP_IDLE seconds, and never blocks more than GITDROP_MAX_REPEATS times in a row
+for the same state."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "templates", "claude-code", "gitdrop-stop-hook.py")
+PY = sys.executable
+
+BRIEF = """## Objective
+
+Make the parser accept tabs as separators.
+
+## Requirements
+
+- Keep the public API.
+
+## Context
+
+- `parser.py`
+
+## Steps
+
+1. Read `parser.py`.
+2. Split on any whitespace.
+
+## Acceptance criteria
+
+- [ ] `a\\tb` parses as two fields.
+"""
+
+
+def _env(hub, tmp_path, idle, **extra):
+    env = dict(os.environ, GITDROP_BIN=f"{PY} -m gitdrop", GITDROP_HUB=hub.path,
+               GITDROP_ROOM="lobby", GITDROP_AGENT="core/spartan", GITDROP_IDLE=str(idle),
+               TMPDIR=str(tmp_path))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _stdin(session="s1", active=True, event="Stop"):
+    return json.dumps({"session_id": session, "transcript_path": "/dev/null", "cwd": "/",
+                       "hook_event_name": event, "stop_hook_active": active})
+
+
+def hook(hub, tmp_path, idle=5, session="s1", active=True, event="Stop", **extra):
+    """Run the hook to its end: (decision or None, stderr, seconds it took)."""
+    t0 = time.monotonic()
+    p = subprocess.run([PY, HOOK], input=_stdin(session, active, event), text=True,
+                       capture_output=True, env=_env(hub, tmp_path, idle, **extra),
+                       timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    return (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr, took
+
+
+def start_hook(hub, tmp_path, idle, **extra):
+    p = subprocess.Popen([PY, HOOK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=_env(hub, tmp_path, idle, **extra))
+    p.stdin.write(_stdin())
+    p.stdin.close()
+    return p
+
+
+def finish(p, timeout=30):
+    """The started hook's stdout and stderr once it has ended (its output is small)."""
+    try:
+        p.wait(timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.stdout.read(), p.stderr.read()
+
+
+def blocks(decision) -> str:
+    assert decision is not None, "the hook let the agent stop"
+    assert set(decision) == {"decision", "reason"} and decision["decision"] == "block"
+    return decision["reason"]
+
+
+# --- 1. the task the agent holds ---------------------------------------------------------
+
+def test_blocks_with_the_in_progress_tasks_brief(hub, team, tmp_path):
+    tid = team.create_task("core/juno", "parser tabs", BRIEF, assignee="core/spartan",
+                           brief=True)["id"]
+    team.move_task("core/spartan", tid, "start")
+    got, _, took = hook(hub, tmp_path, idle=30)
+    reason = blocks(got)
+    assert f'task {tid} "parser tabs"' in reason and "in progress" in reason
+    assert "Make the parser accept tabs as separators." in reason      # the brief itself
+    assert "Acceptance criteria" in reason and "Split on any whitespace" in reason
+    # what to do when done: the exact commands, and the MCP tools
+    for cmd in (f"task submit {tid} --as core/spartan --room lobby",
+                f"task fail {tid} --as core/spartan --room lobby",
+                f"task release {tid} --as core/spartan --room lobby"):
+        assert cmd in reason
+    assert "submit_for_review" in reason and "update_task" in reason
+    assert took < 20          # work at hand: no idle wait
+    assert team.task(tid)["state"] == "in_progress"   # nothing was moved for it
+
+
+def test_a_task_without_review_says_complete_and_a_long_brief_is_cut(hub, team, tmp_path):
+    body = "Do this.\n" + "x" * 20_000
+    tid = team.create_task("core/juno", "long one", body, assignee="core/spartan",
+                           review=False)["id"]
+    got, _, _ = hook(hub, tmp_path)
+    reason = blocks(got)
+    assert "is assigned to you" in reason and f"task start {tid}" in reason
+    assert f"task complete {tid}" in reason and "task submit" not in reason
+    assert "Do this." in reason and "more characters" in reason and f"task show {tid}" in reason
+    assert len(reason) < 8_000
+
+
+def test_the_held_task_comes_first_and_mentions_what_else_waits(hub, team, tmp_path):
+    tid = team.create_task("core/juno", "mine", "the work", assignee="core/spartan")["id"]
+    team.move_task("core/spartan", tid, "start")
+    team.create_task("core/juno", "free", "someone's work")
+    team.send("core/juno", "spartan", "how is it going?")
+    reason = blocks(hook(hub, tmp_path)[0])
+    assert f'task {tid} "mine"' in reason
+    assert "Also waiting: 1 unread message from juno" in reason
+    assert team.task("2")["state"] == "pending"      # nothing claimed while one is held
+
+
+# --- 2. the inbox ------------------------------------------------------------------------
+
+def test_unread_messages_come_before_claiming(hub, team, tmp_path):
+    team.create_task("core/juno", "free", "someone's work")
+    team.send("core/juno", "spartan", "are you there?")
+    reason = blocks(hook(hub, tmp_path)[0])
+    assert "1 unread message from juno" in reason and "gitdrop inbox" in reason
+    assert team.task("1")["state"] == "pending"
+
+
+# --- 3. claiming --------------------------------------------------------------------------
+
+def test_claims_the_best_ready_task_and_blocks_with_its_brief(hub, team, tmp_path):
+    low = team.create_task("core/juno", "low", "not this one")["id"]
+    tid = team.create_task("core/juno", "parser tabs", BRIEF, priority=5, brief=True)["id"]
+    reason = blocks(hook(hub, tmp_path)[0])
+    assert f'you claimed task {tid} "parser tabs"' in reason
+    assert f"task start {tid} --as core/spartan" in reason
+    assert "Make the parser accept tabs as separators." in reason
+    t = team.task(tid)
+    assert t["assignee"] == "core/spartan" and t["state"] == "assigned"   # in the hub
+    assert team.task(low)["state"] == "pending"
+
+
+def test_no_claim_when_told_not_to(hub, team, tmp_path):
+    team.create_task("core/juno", "free", "someone's work")
+    got, _, took = hook(hub, tmp_path, idle=1, GITDROP_CLAIM=0)
+    assert got is None and team.task("1")["state"] == "pending"
+
+
+# --- 4. idle ------------------------------------------------------------------------------
+
+def test_lets_an_idle_worker_stop_after_the_idle_time(hub, team, tmp_path):
+    got, err, took = hook(hub, tmp_path, idle=3)
+    assert got is None                          # empty stdout: Claude may stop
+    assert 2.9 <= took <= 6, took               # about the idle time, not more
+    got, _, took = hook(hub, tmp_path, idle=0)
+    assert got is None and took < 5             # 0: one look, no wait
+
+
+def test_an_assigned_task_waiting_on_another_is_not_handed_over(hub, team, tmp_path):
+    """It is not actionable, and `gitdrop wait` keeps reporting it: the hook must
+    neither block with it nor spin on it; it sleeps out the idle time."""
+    first = team.create_task("core/juno", "first", "a", assignee="core/kai")["id"]
+    team.create_task("core/juno", "second", "b", assignee="core/spartan", after=[first])
+    team.inbox("core/spartan")          # its notice read: the task alone is left
+    got, _, took = hook(hub, tmp_path, idle=3)
+    assert got is None and 2.9 <= took <= 6, took
+
+
+def test_wakes_and_claims_a_task_created_during_the_idle_wait(hub, team, tmp_path):
+    p = start_hook(hub, tmp_path, idle=60)
+    time.sleep(3)
+    assert p.poll() is None                     # waiting for work
+    t0 = time.monotonic()
+    tid = team.create_task("core/juno", "parser tabs", BRIEF, brief=True)["id"]
+    out, err = finish(p)
+    assert time.monotonic() - t0 < 8, err       # woken, not at the end of the idle time
+    reason = blocks(json.loads(out))
+    assert f"you claimed task {tid}" in reason and "Make the parser accept tabs" in reason
+    assert team.task(tid)["assignee"] == "core/spartan"
+
+
+def test_wakes_for_a_task_assigned_during_the_idle_wait(hub, team, tmp_path):
+    p = start_hook(hub, tmp_path, idle=60, GITDROP_CLAIM=0)
+    time.sleep(3)
+    assert p.poll() is None
+    t0 = time.monotonic()
+    tid = team.create_task("core/juno", "for you", "do it", assignee="core/spartan")["id"]
+    out, err = finish(p)
+    assert time.monotonic() - t0 < 8, err
+    assert f'task {tid} "for you" is assigned to you' in blocks(json.loads(out))
+
+
+# --- 5. the cap ---------------------------------------------------------------------------
+
+def test_never_more_than_the_cap_in_a_row_for_an_unchanged_state(hub, team, tmp_path):
+    tid = team.create_task("core/juno", "stuck", "the work", assignee="core/spartan")["id"]
+    team.move_task("core/spartan", tid, "start")
+    runs = [hook(hub, tmp_path, GITDROP_MAX_REPEATS=2) for _ in range(4)]
+    assert [got is not None for got, _, _ in runs] == [True, True, False, False]
+    assert "nothing moves" in runs[2][1]
+    assert all(took < 20 for _, _, took in runs[2:])    # let stop at once, no idle wait
+
+    # the state changes (a message arrives): handed over again
+    team.send("core/juno", "spartan", "any news?")
+    assert hook(hub, tmp_path, GITDROP_MAX_REPEATS=2)[0] is not None
+
+    # the default cap is 3; a stop that is not a Stop-hook continuation starts anew
+    runs = [hook(hub, tmp_path, session="s2") for _ in range(4)]
+    assert [got is not None for got, _, _ in runs] == [True, True, True, False]
+    assert hook(hub, tmp_path, session="s2", active=False)[0] is not None
+
+
+def test_a_claimed_task_left_unstarted_counts_as_the_same_state(hub, team, tmp_path):
+    team.create_task("core/juno", "free", "the work")
+    runs = [hook(hub, tmp_path, GITDROP_MAX_REPEATS=2)[0] for _ in range(3)]
+    assert "you claimed task 1" in blocks(runs[0])
+    assert "task 1 \"free\" is assigned to you" in blocks(runs[1])
+    assert runs[2] is None
+
+
+# --- other clients and failures -------------------------------------------------------------
+
+def test_gemini_after_agent_gets_the_same_answer(hub, team, tmp_path):
+    team.create_task("core/juno", "free", "the work")
+    got, _, _ = hook(hub, tmp_path, event="AfterAgent")
+    assert "you claimed task 1" in blocks(got)
+
+
+def test_a_gitdrop_error_lets_the_worker_stop_and_says_why(hub, team, tmp_path):
+    got, err, took = hook(hub, tmp_path, idle=30, GITDROP_AGENT="core/nobody")
+    assert got is None and took < 20
+    assert "gitdrop stop hook:" in err and "letting the worker stop" in err
+
+
+def test_without_an_agent_the_hook_does_nothing(hub, team, tmp_path):
+    got, err, _ = hook(hub, tmp_path, GITDROP_AGENT="")
+    assert got is None and err == ""
+
