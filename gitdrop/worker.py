@@ -10,6 +10,8 @@
 - a handler's exception fails the attempt: the task is released with a retry counted
   and a backoff (not_before), or failed once max_retries are used up;
 - SIGTERM or SIGINT (or stop()) releases the task being worked on, counting nothing;
+- a task it has in progress when it starts (an earlier run of it died mid-task) is
+  given back as a failed attempt, so that it is retried rather than held forever;
 - between tasks it sleeps on the notifier (any commit in the room wakes it), with a
   timer only for what time alone changes: a backoff running out, a lease expiring.
   Expired leases in the room are reaped by the worker itself.
@@ -117,6 +119,12 @@ class Worker:
         if me is None or (self.caps is not None and me["caps"] != self.caps):
             self.room.register(self.agent, (), "", caps=self.caps)
         self._ready_once = True
+        # A task this agent has in progress before it took any is an earlier run's that
+        # died mid-task (killed, crashed). Nobody would ever finish it: this worker
+        # only takes assigned and pending tasks, and its acts keep the lease alive, so
+        # no one reaps it either. Count the lost attempt as a failed one, as a reap does.
+        for t in self.room.list_tasks(state="in_progress", assignee=self.agent):
+            self._failed(t, "the worker restarted: an earlier run of it died mid-task")
 
     def run_once(self) -> dict | None:
         """Take one task and see it through; None when nothing is ready."""

@@ -209,6 +209,31 @@ def test_ask_times_out(tmp_path):
     assert room.task(t)["state"] == "feedback"
 
 
+def test_a_restarted_worker_gives_back_what_its_dead_run_left_in_progress(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "orphan", review=False, max_retries=1)["id"]
+    room.move_task(W, t, "claim")
+    room.move_task(W, t, "start")          # and then that run of W is killed
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "redone", backoff=0, on_event=events.append)
+    ev = w.run_once()
+    assert (ev["event"], ev["task"], ev["state"]) == ("done", t, "completed")
+    assert [(e["event"], e["task"]) for e in events] == \
+        [("failed", t), ("claimed", t), ("started", t), ("done", t)]
+    assert "died mid-task" in events[0]["error"] and events[0]["retries"] == 1
+    assert room.task(t)["retries"] == 1
+    assert [m for m, _a in _moves(hub, t)] == ["task-create", "task-claim", "task-start",
+                                               "task-release", "task-claim", "task-start",
+                                               "task-complete"]
+    # past its retries, such a task is failed
+    u = room.create_task(LEAD, "orphan 2", review=False, max_retries=0)["id"]
+    room.move_task(W, u, "claim")
+    room.move_task(W, u, "start")
+    assert Worker(hub, "lobby", W, lambda task, ctx: "x").run_once() is None
+    got = room.task(u)
+    assert got["state"] == "failed" and "died mid-task" in got["note"]
+
+
 # --- worker processes ----------------------------------------------------------------
 
 PROC = r"""
