@@ -24,7 +24,7 @@ import time
 import traceback
 
 from . import machine
-from .errors import GitdropError, Refusal
+from .errors import Conflict, GitdropError, Refusal
 
 BACKOFF = 10.0          # seconds before a failed task is offered again, doubled per retry
 MAX_BACKOFF = 3600.0
@@ -172,8 +172,8 @@ class Worker:
         move = "complete" if not task["review"] else "submit"
         try:
             r = self.room.move_task(self.agent, tid, move, note=note)
-        except Refusal as e:
-            return self._failed(task, f"could not {move}: {e.reason}")
+        except GitdropError as e:   # refused, or the room kept moving
+            return self._failed(task, f"could not {move}: {getattr(e, 'reason', str(e))}")
         return self._emit("done", task, state=r["state"], note=note[:500], **extra)
 
     def _failed(self, task: dict, error: str) -> dict:
@@ -181,13 +181,19 @@ class Worker:
         fresh = self.room.task(tid)
         if fresh["state"] not in ("assigned", "in_progress") or fresh["assignee"] != self.agent:
             return self._emit("lost", task, state=fresh["state"], error=error[-500:])
-        if fresh["retries"] < fresh["max_retries"]:
-            wait = math.ceil(min(self.backoff * (2 ** fresh["retries"]), MAX_BACKOFF))
-            self.room.move_task(self.agent, tid, "release", note=error, failed=True,
-                                retry_in=wait)
-            return self._emit("failed", task, error=error[-500:], retry_in=wait,
-                              retries=fresh["retries"] + 1)
-        self.room.move_task(self.agent, tid, "fail", note=error)
+        try:
+            if fresh["retries"] < fresh["max_retries"]:
+                # a backoff never past what the room allows (max_task_lease)
+                most = self.room.view().settings["max_task_lease"]
+                wait = math.ceil(min(self.backoff * (2 ** fresh["retries"]), MAX_BACKOFF, most))
+                self.room.move_task(self.agent, tid, "release", note=error, failed=True,
+                                    retry_in=wait)
+                return self._emit("failed", task, error=error[-500:], retry_in=wait,
+                                  retries=fresh["retries"] + 1)
+            self.room.move_task(self.agent, tid, "fail", note=error)
+        except GitdropError as e:   # moved meanwhile (reaped, cancelled): not ours now
+            return self._emit("lost", task, state=self.room.task(tid)["state"],
+                              error=error[-500:], reason=str(e)[:500])
         return self._emit("failed", task, error=error[-500:], final=True,
                           retries=fresh["retries"])
 
@@ -216,6 +222,10 @@ class Worker:
                     ev = self.run_once()
                 except Stop:
                     break
+                except Conflict as e:   # the room kept moving: a round lost, not the loop
+                    self._emit("error", {}, error=str(e)[:500])
+                    self._wake.wait(1.0)
+                    continue
                 if ev is not None:
                     done += ev["event"] == "done"
                     idle_since = time.monotonic()

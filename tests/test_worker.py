@@ -144,6 +144,41 @@ def test_an_exception_is_retried_with_backoff_then_fails_for_good(tmp_path):
         ["task-claim", "task-start", "task-fail"]
 
 
+def test_a_backoff_stays_within_the_room_s_max_task_lease(tmp_path):
+    hub, room = _hub(tmp_path)
+    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 10, "max_task_lease": 20})
+    t = room.create_task(LEAD, "x", max_retries=2)["id"]
+
+    def handler(task, ctx):
+        raise RuntimeError("no")
+    ev = Worker(hub, "lobby", W, handler, backoff=100).run_once()
+    assert (ev["event"], ev["retry_in"], ev["retries"]) == ("failed", 20, 1)
+    got = room.task(t)
+    assert (got["state"], got["retries"]) == ("pending", 1)
+    assert 0 < got["not_before"] - room.clock() <= 20
+
+
+def test_a_round_lost_to_a_busy_room_does_not_end_the_loop(tmp_path):
+    from gitdrop.errors import Conflict
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "x", review=False)["id"]
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "ok", idle=0.5, on_event=events.append)
+    real, calls = w.room.claim_next, []
+
+    def busy(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise Conflict("3 ready tasks were taken by others first", "try again")
+        return real(*a, **kw)
+    w.room.claim_next = busy
+    assert w.run() == 1
+    assert [e["event"] for e in events] == ["error", "claimed", "started", "done", "idle",
+                                            "stopped"]
+    assert "taken by others" in events[0]["error"]
+    assert room.task(t)["state"] == "completed"
+
+
 def test_a_handler_creates_a_follow_up_with_its_task_as_parent(tmp_path):
     hub, room = _hub(tmp_path)
     t = room.create_task(LEAD, "plan", review=False)["id"]

@@ -100,11 +100,12 @@ def work(s: Scope,
             "released": f"task {tid}: released ({ev.get('reason', '')[:100]})",
             "lost": f"task {tid}: taken from us meanwhile ({ev.get('state')})",
             "reaped": f"task {tid}: reaped (its holder's lease expired)",
+            "error": f"{' '.join(ev.get('error', '').split())[:160]}; trying again",
             "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
             "stopped": f"{agent} stopped after {ev.get('done', 0)} task(s)",
         }.get(what)
         if line:
-            print(line, file=sys.stderr if what in ("idle", "stopped") else sys.stdout,
+            print(line, file=sys.stderr if what in ("idle", "stopped", "error") else sys.stdout,
                   flush=True)
 
     w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent),
