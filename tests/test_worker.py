@@ -3,6 +3,7 @@ its result; retries with backoff, follow-ups, questions, SIGTERM, lease renewal,
 notifier and reaping. In process and in real worker processes. And the rules a worker
 leans on, on both paths: the core's writes and a raw `git push` through the hook."""
 
+import json
 import os
 import signal
 import subprocess
@@ -333,6 +334,69 @@ def test_sigterm_mid_handler_gives_the_task_back_and_exits(tmp_path):
     lines = _lines(log)
     assert any('"event": "released"' in x and '"reason": "stopped"' in x for x in lines)
     assert lines[-1] == "exit 0", lines
+
+
+def _work(hub, agent, *args, **kw):
+    return subprocess.Popen([*ENTRY, "work", "--as", agent, "--json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=_env(hub, agent), **kw)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_gitdrop_work_once_a_shell_handler_and_sigterm(tmp_path):
+    hub, room = _hub(tmp_path)
+    a = room.create_task(LEAD, "first", review=False, tags=["x"], priority=2)["id"]
+    b = room.create_task(LEAD, "second", priority=1)["id"]
+    out = tmp_path / "task.json"
+    p = _work(hub, W, "--once", "--", "sh", "-c", f'cat > "{out}"; '
+              'echo "$GITDROP_TASK_ID:$GITDROP_TASK_TITLE:$GITDROP_TASK_TAGS:$GITDROP_AGENT"')
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0, e
+    evs = [json.loads(x) for x in o.splitlines()]
+    assert [(x["event"], x["task"]) for x in evs] == [("claimed", a), ("started", a), ("done", a)]
+    assert room.task(a)["note"] == f"{a}:first:x:{W}" and room.task(a)["state"] == "completed"
+    assert json.loads(out.read_text())["title"] == "first"
+    p = _work(hub, W, "--once", "--backoff", "5", "--", "sh", "-c",
+              "echo partial; echo the tests broke >&2; exit 4")
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 1, e
+    last = json.loads(o.splitlines()[-1])
+    assert (last["event"], last["task"], last["retries"], last["retry_in"]) == \
+        ("failed", b, 1, 5)
+    got = room.task(b)
+    assert got["state"] == "pending" and "exited 4" in got["note"] and \
+        "the tests broke" in got["note"] and "partial" not in got["note"]
+    p = _work(hub, W, "--once", "--", "true")          # b is backing off: nothing ready
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0 and json.loads(o)["event"] == "nothing", (o, e)
+    # SIGTERM mid-task: the program is stopped and the task given back
+    c = room.create_task(LEAD, "third", priority=5)["id"]
+    pidfile = tmp_path / "pid"
+    p = _work(hub, W, "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60')
+    try:
+        _until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the program")
+        child = int(pidfile.read_text())
+        assert room.task(c)["state"] == "in_progress"
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        o, e = p.communicate(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        _kill(p)
+    assert p.returncode == 0 and took < 5, (p.returncode, took, e)
+    assert not _alive(child)
+    evs = [json.loads(x) for x in o.splitlines()]
+    assert [x["event"] for x in evs] == ["claimed", "started", "released", "stopped"]
+    got = room.task(c)
+    assert (got["state"], got["assignee"], got["retries"]) == ("pending", "", 0)
+    assert "stopped" in got["note"]
 
 
 def test_the_lease_is_renewed_while_a_long_handler_runs(tmp_path):
