@@ -156,6 +156,8 @@ class Worker:
         try:
             self._in_handler = True   # only here may a signal interrupt (not mid-write)
             try:
+                if self._stopping.is_set():   # told to stop between the claim and now
+                    raise Stop()
                 result = self.handler(task, TaskContext(self, task))
             finally:
                 self._in_handler = False

@@ -399,6 +399,22 @@ def test_gitdrop_work_once_a_shell_handler_and_sigterm(tmp_path):
     assert "stopped" in got["note"]
 
 
+def test_a_stop_between_the_claim_and_the_handler_gives_the_task_back(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "x")["id"]
+    ran, events = [], []
+
+    def on_event(ev):
+        events.append(ev["event"])
+        if ev["event"] == "claimed":
+            w.stop()                      # as SIGTERM does, before the handler runs
+    w = Worker(hub, "lobby", W, lambda task, ctx: ran.append(1), on_event=on_event)
+    assert w.run() == 0
+    assert ran == [] and events == ["claimed", "started", "released", "stopped"]
+    got = room.task(t)
+    assert (got["state"], got["assignee"], got["retries"]) == ("pending", "", 0)
+
+
 def test_the_lease_is_renewed_while_a_long_handler_runs(tmp_path):
     hub, room = _hub(tmp_path)
     hub.room_settings("lobby", by=LEAD, changes={"task_lease": 3})
