@@ -93,7 +93,9 @@ class Worker:
         """`hub`: a Hub, or a path or git URL. `caps`: declared on start (None: keep
         the agent's). `tags`: only tasks with one of them. `idle`: run() returns after
         that many seconds with nothing ready (None: never). `on_event(dict)`: told of
-        every step (claimed, started, done, failed, released, idle, stopped)."""
+        every step (claimed, started, done, failed, released, lost: the task was moved
+        by someone else meanwhile, reaped, error: a round lost to a busy room, idle,
+        stopped)."""
         from .opener import open_hub
         self.hub = open_hub(hub, create=False) if isinstance(hub, str) else hub
         self.hub_spec = hub if isinstance(hub, str) else self.hub.path
