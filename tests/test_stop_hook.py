@@ -8,9 +8,12 @@ for the same state."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+
+import pytest
 
 HOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     "templates", "claude-code", "gitdrop-stop-hook.py")
@@ -253,3 +256,48 @@ def test_without_an_agent_the_hook_does_nothing(hub, team, tmp_path):
     got, err, _ = hook(hub, tmp_path, GITDROP_AGENT="")
     assert got is None and err == ""
 
+
+
+# --- the client templates ---------------------------------------------------------------------
+
+def _client_command(client, project):
+    """The hook command a client template configures, the settings' `env` block (Claude
+    Code) and where the template expects the script, inside `project`."""
+    root = os.path.dirname(os.path.dirname(HOOK))
+    if client == "claude-code":
+        with open(os.path.join(root, "claude-code", "settings.json")) as f:
+            doc = json.load(f)
+        entry = doc["hooks"]["Stop"][0]["hooks"][0]
+        return entry, doc.get("env", {}), os.path.join(project, ".claude", "hooks")
+    if client == "gemini-cli":
+        with open(os.path.join(root, "gemini-cli", "settings.json")) as f:
+            entry = json.load(f)["hooks"]["AfterAgent"][0]["hooks"][0]
+        assert entry["timeout"] >= 1000 * 1000        # milliseconds, above GITDROP_IDLE
+        return entry, {}, os.path.join(project, ".gemini", "hooks")
+    with open(os.path.join(root, "codex", "hooks.json")) as f:
+        entry = json.load(f)["hooks"]["Stop"][0]["hooks"][0]
+    return entry, {}, os.path.join(project, ".codex", "hooks")
+
+
+@pytest.mark.parametrize("client", ["claude-code", "gemini-cli", "codex"])
+def test_each_client_template_runs_the_hook(client, hub, team, tmp_path):
+    """The command of each template, run by a shell in the project as the client runs
+    it (its project-dir variable set, the JSON on stdin), hands over a ready task."""
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    entry, env_block, where = _client_command(client, str(project))
+    os.makedirs(where)
+    shutil.copy(HOOK, where)
+    assert entry["type"] == "command" and "gitdrop-stop-hook.py" in entry["command"]
+    tid = team.create_task("core/juno", "parser tabs", BRIEF, brief=True)["id"]
+    env = _env(hub, tmp_path, 900, **env_block)
+    env.update(GITDROP_AGENT=env_block.get("GITDROP_AGENT", "nobody/unset"),
+               GITDROP_HUB=hub.path, CLAUDE_PROJECT_DIR=str(project),
+               GEMINI_PROJECT_DIR=str(project))
+    event = "AfterAgent" if client == "gemini-cli" else "Stop"
+    p = subprocess.run(["bash", "-c", entry["command"]], input=_stdin(event=event), text=True,
+                       capture_output=True, env=env, cwd=str(project), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"you claimed task {tid}" in blocks(json.loads(p.stdout)), p.stderr
+    assert team.task(tid)["assignee"] == "core/spartan"
