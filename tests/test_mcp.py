@@ -125,6 +125,22 @@ async def scenario(juno, spartan, kilo, transport):
     lease = (await kilo.ok("path_lease", action="take", glob="docs/**"))["leases"][0]
     assert lease["holder"] == "ops/kilo" and lease["mode"] == "exclusive"
 
+    # --- dependencies and review over MCP ---------------------------------------------
+    first = await juno.ok("create_task", title="Schema", review=False)
+    second = await juno.ok("create_task", title="Seed", brief=True,
+                           description="## Objective\n\nSeed it.\n\n## Acceptance criteria\n\n"
+                                       "- [ ] rows exist\n")
+    await juno.refused("create_task", "task-brief", title="Bad", brief=True, description="x")
+    await juno.ok("edit_task", task_id=second["id"], after=first["id"], priority="2")
+    await juno.refused("edit_task", "task-dependency", task_id=first["id"], after=second["id"])
+    await spartan.refused("claim_task", "task-dependency", task_id=second["id"])
+    await spartan.ok("claim_task", task_id=first["id"])
+    await spartan.ok("update_task", task_id=first["id"], status="in_progress")
+    done = await spartan.ok("update_task", task_id=first["id"], status="completed")
+    assert done["state"] == "completed"   # review=false: its assignee completes it
+    await juno.ok("edit_task", task_id=second["id"], after="none")
+    await juno.ok("update_task", task_id=second["id"], status="cancelled")
+
     # --- resources --------------------------------------------------------------------
     await juno.ok("send", to_agent="spartan", message="resource check")
     inbox = json.loads((await spartan.client.read_resource(

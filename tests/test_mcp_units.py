@@ -103,11 +103,11 @@ def test_every_parameter_description_names_a_parameter():
         assert description and set(params) == names and all(params.values()), (tool, params)
 
 
-def test_all_38_tools_with_the_compat_parameters(hub):
+def test_all_39_tools_with_the_compat_parameters(hub):
     # a stdio session without --as lists the caller's name (before register binds it)
     tools, _ = tools_list_json(hub.path, "all", "stdio")
     params = {t["name"]: set(t["inputSchema"]["properties"]) for t in tools}
-    assert len(params) == 38
+    assert len(params) == 39
     assert {"settings", "room_name"} <= params["room_settings"]
     # the names agents' prompts already use with other MCP servers
     assert {"agent_name", "role", "description", "team", "token"} <= params["register"]
@@ -123,6 +123,8 @@ def test_all_38_tools_with_the_compat_parameters(hub):
     assert {"count", "task_id"} <= params["get_history"]
     assert {"caps"} <= params["register"] and {"after", "requires"} <= params["create_task"]
     assert {"ready", "tag"} <= params["list_tasks"] and {"tag"} <= params["claim_task"]
+    assert {"review", "brief"} <= params["create_task"]
+    assert {"after", "requires", "review", "task_id"} <= params["edit_task"]
     # where the session says who calls (HTTP tokens, stdio --as) the caller's name is
     # left out of tools/list; the calls still take it (tests/test_mcp_work.py)
     for transport, agent in (("http", None), ("stdio", "core/juno")):

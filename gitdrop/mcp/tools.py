@@ -369,6 +369,13 @@ def _contract(c: dict) -> Contract:
             "project": c["project"], "spec": c.get("spec", "")}
 
 
+def _as_int(value, what: str) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{what} must be a whole number, not {value!r}", "") from None
+
+
 def _int_id(value, what: str) -> str:
     s = str(value).strip().lstrip("#")
     if not s:
@@ -585,7 +592,7 @@ class ToolBox:
                     assigned_to: str = "", project: str = "", priority: int = 0,
                     tags: str = "", reviewer: str = "", handshake_id: int = 0,
                     key: str = "", after: str = "", requires: str = "",
-                    parent: str | int = "") -> TaskMove:
+                    parent: str | int = "", review: bool = True, brief: bool = False) -> TaskMove:
         """New task: pending, or assigned.
 
         title: one line
@@ -598,14 +605,41 @@ class ToolBox:
         after: comma list of task ids it waits on
         requires: comma list of capabilities its assignee needs
         parent: the task it is part of
+        review: false: no review
+        brief: description is a brief
         """
         r = self.room.create_task(self.me(creator), title, description, assigned_to,
                                   priority=priority, tags=_split(tags),
                                   handshake=handshake_id, project=project, reviewer=reviewer,
                                   key=key, after=_split(after), requires=_split(requires),
-                                  parent=str(parent or ""))
+                                  parent=str(parent or ""), review=review, brief=brief)
         return {"id": str(r["id"]), "state": r["state"], "assignee": r["assignee"],
                 "commit": r.get("commit", "")}
+
+    def edit_task(self, task_id: str | int, title: str = "", priority: str = "",
+                  tags: str = "", after: str = "", requires: str = "", review: str = "",
+                  agent_name: str = "") -> TaskMove:
+        """Change a task. Empty: unchanged; none: empty a list.
+
+        title: new title
+        priority: higher first
+        tags: comma list
+        after: ids it waits on
+        requires: capabilities
+        review: true or false
+        """
+        edits: dict = {"title": title} if title else {}
+        if priority:
+            edits["priority"] = _as_int(priority, "priority")
+        if review:
+            edits["review"] = review.strip().lower() in ("true", "1", "yes")
+        for k, v in (("tags", tags), ("after", after), ("requires", requires)):
+            if v:
+                edits[k] = [] if v.strip() == "none" else [x.lstrip("#") for x in _split(v)]
+        if not edits:
+            raise UsageError("nothing to change", "pass title, priority, tags, after, "
+                             "requires or review")
+        return self._move(agent_name, task_id, "edit", **edits)
 
     def _move(self, agent_name, task_id, move, **kw) -> TaskMove:
         return _move(self.room.move_task(self.me(agent_name), _int_id(task_id, "task_id"),
@@ -937,6 +971,7 @@ TOOLS = {
     "declare_contract": "agent", "list_contracts": "agent",
     "share_context": "agent", "get_shared_context": "agent", "path_lease": "agent",
     "broadcast": "lead", "deregister": "lead", "create_task": "lead", "approve_task": "lead",
+    "edit_task": "lead",
     "reject_task": "lead", "respond_feedback": "lead", "initiate_handshake": "lead",
     "register_team": "lead", "list_teams": "lead", "create_room": "lead",
     "list_rooms": "lead", "join_room": "lead", "leave_room": "lead", "room_status": "lead",
