@@ -301,3 +301,19 @@ def test_each_client_template_runs_the_hook(client, hub, team, tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"you claimed task {tid}" in blocks(json.loads(p.stdout)), p.stderr
     assert team.task(tid)["assignee"] == "core/spartan"
+
+
+def test_a_remote_hub_wakes_it_too(hub, team, tmp_path):
+    """A hub given as a git URL: the room's tip is asked with `git ls-remote` (every
+    5 s), and the task created meanwhile is claimed through the hub's mirror."""
+    url = "file://" + hub.path
+    p = start_hook(hub, tmp_path, idle=60, GITDROP_HUB=url,
+                   GITDROP_CACHE=str(tmp_path / "cache"))
+    time.sleep(4)
+    assert p.poll() is None
+    t0 = time.monotonic()
+    tid = team.create_task("core/juno", "far away", "the work")["id"]
+    out, err = finish(p)
+    assert time.monotonic() - t0 < 15, err
+    assert f"you claimed task {tid}" in blocks(json.loads(out))
+    assert team.task(tid)["assignee"] == "core/spartan"
