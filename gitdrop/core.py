@@ -674,7 +674,7 @@ class Room:
 
     def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:
         """Claim the best ready task for `agent`: {"task": id, "claimed": True, ...};
-        its own assigned task if it has one ready ({"claimed": False}); {"task": ""}
+        its own assigned or in-progress task if it has one ({"claimed": False}); {"task": ""}
         when nothing is ready. Under a race each task has exactly one winner: a lost
         claim is refused by the rules and the next best is tried."""
         agent = self.resolve(agent)

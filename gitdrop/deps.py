@@ -84,7 +84,8 @@ def missing_caps(caps, task: dict) -> list[str]:
 
 
 def ready(tasks, headers, agent: str, caps, tag: str = "", now: int = 0) -> list[dict]:
-    """The tasks `agent` may take now, best first: its own assigned tasks, then
+    """The tasks `agent` may take now, best first: its own assigned or in-progress
+    tasks (work to resume: after a question was answered, after a restart), then
     pending unassigned ones, whose dependencies are completed and whose required
     capabilities it has (and carrying `tag`, if given; a comma list: any of them),
     not held back by a retry's backoff (not_before, against `now`); by priority,
@@ -97,7 +98,7 @@ def ready(tasks, headers, agent: str, caps, tag: str = "", now: int = 0) -> list
         if state == "pending":
             if t["assignee"]:
                 continue
-        elif state != "assigned" or t["assignee"] != agent:
+        elif state not in ("assigned", "in_progress") or t["assignee"] != agent:
             continue
         if tags and tags.isdisjoint(t["tags"]):
             continue

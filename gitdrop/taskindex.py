@@ -59,11 +59,11 @@ def headers(view) -> list[dict]:
     return out
 
 
-POOL_STATES = ("pending", "assigned")
+POOL_STATES = ("pending", "assigned", "in_progress")
 
 
 def ready_pool(view) -> tuple[list[dict], dict[str, str]]:
-    """What `ready` looks at: the tasks it may offer (pending or assigned) and the
+    """What `ready` looks at: the tasks it may offer (pending, assigned, in progress) and the
     states of the tasks they wait on. Kept by the id of the room's tasks/ tree in
     `<hub>/gitdrop/tasks/<room>.ready`: while no task changes, a command answers
     from it without listing or reading the others (most of a worked-in room's

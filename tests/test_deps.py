@@ -128,6 +128,9 @@ def test_ready_orders_by_priority_then_age_and_puts_own_work_first(team):
     r = team.claim_next("core/kai")
     assert r == dict(r, task=mine, claimed=False)   # its own assigned task first
     team.move_task("core/kai", mine, "start")
+    r = team.claim_next("core/kai")                  # in progress: still its work to do
+    assert r == dict(r, task=mine, claimed=False, state="in_progress")
+    team.move_task("core/kai", mine, "submit", note="done")
     r = team.claim_next("core/kai")
     assert (r["task"], r["claimed"]) == (high, True)
     assert team.task(high)["assignee"] == "core/kai"
@@ -150,6 +153,7 @@ def test_claim_next_moves_on_when_a_race_is_lost(team):
     assert team.task(a)["assignee"] == "core/spartan"
     assert team.claim_next("core/kai")["task"] == b   # its own now; nothing else is ready
     team.move_task("core/kai", b, "start")
+    team.move_task("core/kai", b, "submit", note="done")
     assert team.claim_next("core/kai") == dict(team.claim_next("core/kai"), task="")
 
 

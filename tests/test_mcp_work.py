@@ -49,7 +49,9 @@ async def scenario(juno, spartan, lin, kai):
     schema = await juno.ok("create_task", title="Schema", requires="python", priority=3)
     api = await juno.ok("create_task", title="API", after=schema["id"], requires="python",
                         priority=2)
-    styles = await juno.ok("create_task", title="Styles", requires="css", tags="ui")
+    styles = await juno.ok("create_task", title="Styles", requires="css", tags="ui", brief=True,
+                           description="## Objective\n\nStyle it.\n\n## Acceptance criteria"
+                                       "\n\n- [ ] it looks right\n")
     text = await juno.refused("create_task", "task-dependency", title="Orphan", after="99")
     assert "list_tasks shows each task's after" in no_cli(text)
     text = await juno.refused("create_task", "task-capability", title="Rust port",
@@ -78,6 +80,8 @@ async def scenario(juno, spartan, lin, kai):
     got = await kai.ok("claim_task")
     assert (got["id"], got["title"], got["state"], got["assignee"]) == \
         (styles["id"], "Styles", "assigned", "web/kai") and got["commit"]
+    assert got["description"].startswith("## Objective") and "- [ ] it looks right" in \
+        got["description"]   # the brief comes with the claim
     again = await kai.ok("claim_task")  # its own task is still the best: nothing new taken
     assert again["id"] == styles["id"] and again["commit"] == ""
     none = await kai.ok("claim_task", tag="backend")

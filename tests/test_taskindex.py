@@ -104,7 +104,7 @@ def test_the_ready_pool_is_kept_by_the_tasks_tree_and_remade_after_a_change(hub,
     pool = os.path.join(hub.path, "gitdrop", "tasks", "lobby.ready")
     import json
     data = json.load(open(pool))
-    assert sorted(h["id"] for h in data["pool"]) == [a, b]    # c is in progress: not kept
+    assert sorted(h["id"] for h in data["pool"]) == [a, b, c]   # c: spartan's to resume
     assert data["states"] == {a: "pending"}
     # another tree's pool is not used
     json.dump(dict(data, tree="0" * 40, pool=[]), open(pool, "w"))
@@ -113,4 +113,6 @@ def test_the_ready_pool_is_kept_by_the_tasks_tree_and_remade_after_a_change(hub,
     team.move_task("core/kai", a, "claim")
     assert [t["id"] for t in _fresh_lean(hub.path).ready("core/kai")] == [a]   # its own
     assert json.load(open(pool))["states"] == {a: "assigned"}
+    assert [t["id"] for t in _fresh_lean(hub.path).ready("core/spartan")] == [c]
+    team.move_task("core/spartan", c, "submit", note="done")   # in review: in no pool
     assert [t["id"] for t in _fresh_lean(hub.path).ready("core/spartan")] == []

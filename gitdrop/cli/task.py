@@ -126,7 +126,7 @@ def _task_table(tasks) -> None:
 def ready(s: Scope,
           claim_: Annotated[bool, typer.Option(
               "--claim", help="Claim the best one (exactly one winner per task under a "
-              "race; your own assigned task comes first).")] = False,
+              "race; your own assigned or in-progress task comes first).")] = False,
           tag: Annotated[str, typer.Option("--tag", help="Only tasks with this tag.")] = "",
           limit: Annotated[int, typer.Option("--limit", "-n")] = 20):
     """The tasks you may take now: yours and pending ones whose dependencies are done and

@@ -221,6 +221,7 @@ class TaskMove(TypedDict):
 
 class Claimed(TaskMove):
     title: NotRequired[str]  # claim_task without task_id: the task taken ("" id: none ready)
+    description: NotRequired[str]  # and its body (a brief, when it is one)
 
 
 class Lease(TypedDict):
@@ -678,7 +679,8 @@ class ToolBox:
         if not r["task"]:
             return {"id": "", "state": "", "assignee": "", "commit": "", "title": ""}
         return {"id": r["task"], "state": r["state"], "assignee": r.get("assignee") or me,
-                "commit": r.get("commit", ""), "title": r["title"]}
+                "commit": r.get("commit", ""), "title": r["title"],
+                "description": self.room.task(r["task"])["body"].rstrip("\n")}
 
     def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "",
                    tag: str = "", ready: bool = False) -> Tasks:
