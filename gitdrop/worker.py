@@ -1,7 +1,8 @@
 """The worker loop: claim the best ready task, run a handler on it, hand in the result.
 
     from gitdrop import Worker
-    def handler(task, ctx):            # task: the task's fields and body
+    def handler(task, ctx):            # task: its fields, body, and inputs: {id: what
+                                       # each task it waited on handed in}
         return "what I did"            # -> submitted (or completed, if review = false)
     Worker("~/.gitdrop/hub.git", "lobby", "core/w1", handler, caps=["db"]).run()
 
@@ -146,6 +147,8 @@ class Worker:
                     self._give_back(tid, f"cannot start yet: {e.reason}")
                     return self._emit("released", task, reason=e.reason, rule=e.rule)
                 task = self.room.task(tid)
+            # what the tasks it waited on handed in: a pipeline's input
+            task["inputs"] = {d: self.room.task(d)["note"] for d in task["after"]}
             self._emit("started", task)
             return self._run_handler(task)
         finally:

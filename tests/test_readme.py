@@ -117,12 +117,14 @@ def test_readme_tour_runs_as_written(tmp_path):
     room = hubmod.Hub(hub_path).room("lobby")
     states = {t["id"]: t["state"] for t in room.list_tasks(include_done=True)}
     assert states == {"1": "completed", "2": "in_progress", "3": "assigned", "4": "pending",
-                      "5": "pending", "6": "pending"}
-    assert room.task("3")["assignee"] == "core/spartan" and room.task("4")["after"] == ["3"]
+                      "5": "completed", "6": "completed", "7": "pending", "8": "pending"}
+    assert room.task("6")["note"] == "Users want search, export, dark mode"
+    assert room.task("6")["assignee"] == "core/scribe"
+    assert room.task("3")["assignee"] == "core/lee" and room.task("4")["after"] == ["3"]
     assert room.handshake(1)["status"] == "go"
     assert room.contract("api.users")["version"] == 2
-    assert room.task("6")["creator"] == "core/juno"
+    assert room.task("8")["creator"] == "core/juno"
     assert "refused by rule unread-before-send" in p.stderr
     assert "handshake-go" in p.stderr and "task-state-machine" in p.stderr
     assert "task-dependency" in p.stderr
-    assert (work / "lobby" / "tasks" / "6.md").exists()
+    assert (work / "lobby" / "tasks" / "8.md").exists()

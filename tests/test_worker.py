@@ -199,6 +199,24 @@ def test_a_handler_creates_a_follow_up_with_its_task_as_parent(tmp_path):
     assert (ev["task"], ev["state"]) == (kid["id"], "completed")
 
 
+def test_a_handler_gets_what_the_tasks_it_waited_on_handed_in(tmp_path):
+    hub, room = _hub(tmp_path)
+    a = room.create_task(LEAD, "research", review=False)["id"]
+    b = room.create_task(LEAD, "more research", review=False)["id"]
+    c = room.create_task(LEAD, "write", review=False, after=[a, b])["id"]
+    seen = {}
+
+    def handler(task, ctx):
+        seen[task["id"]] = task["inputs"]
+        return {"write": "memo from " + " + ".join(task["inputs"].values())}.get(
+            task["title"], task["title"] + " notes")
+    w = Worker(hub, "lobby", W, handler)
+    while w.run_once():
+        pass
+    assert seen == {a: {}, b: {}, c: {a: "research notes", b: "more research notes"}}
+    assert room.task(c)["note"] == "memo from research notes + more research notes"
+
+
 def test_ask_waits_in_feedback_for_the_answer_from_another_process(tmp_path):
     hub, room = _hub(tmp_path)
     t = room.create_task(LEAD, "pick a db")["id"]

@@ -34,7 +34,8 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
                    GITDROP_TASK_TAGS=",".join(task["tags"]),
                    GITDROP_TASK_CREATOR=task["creator"],
                    GITDROP_TASK_RETRIES=str(task["retries"]),
-                   GITDROP_TASK_ANSWER=task.get("answer", ""))
+                   GITDROP_TASK_ANSWER=task.get("answer", ""),
+                   GITDROP_TASK_INPUT="\n\n".join(task.get("inputs", {}).values()))
         try:
             p = subprocess.run(argv, input=json.dumps(task, default=str), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
