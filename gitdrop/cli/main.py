@@ -33,6 +33,7 @@ COMMANDS = {
     "ready": ("task", False, "Work"),
     "work": ("work", False, "Work"),
     "feedback": ("work", True, "Work"),
+    "autorespond": ("autorespond", False, "Work"),
     "handshake": ("plan", True, "Work"),
     "contract": ("plan", True, "Work"),
     "context": ("plan", True, "Work"),
