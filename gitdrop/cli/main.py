@@ -49,6 +49,7 @@ COMMANDS = {
     "serve": ("tools", False, "Live"),
     "token": ("tools", False, "Live"),
     "http": ("setup", False, "Live"),
+    "board": ("board", False, "Live"),
     "demo": ("tools", False, "Start"),
     "mcp": ("setup", True, "Start"),
 }
