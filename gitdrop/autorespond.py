@@ -28,7 +28,6 @@ The rules file is TOML; see docs/AUTORESPOND.md.
 """
 
 import re
-import signal
 import threading
 import time
 import tomllib
@@ -36,6 +35,7 @@ import tomllib
 from . import model
 from .errors import GitdropError, NotFound, Refusal, UsageError
 from .view import first_parent_walk
+from .worker import catch_stop_signals, restore_signals
 
 AUTO_PREFIX = "[auto-reply] "
 KEY_ACK = "autoreply-"
@@ -406,7 +406,7 @@ class Responder:
         """Answer until stopped (SIGTERM, SIGINT or stop()), sleeping on the notifier
         between rounds; the number of messages answered."""
         from .notifier import Notifier
-        old = self._signals()
+        old = catch_stop_signals(self.stop)
         n = Notifier(self.hub_spec)
         n.subscribe(self.room.name, self.agent, lambda evs: self._wake.set())
         n.start()
@@ -425,26 +425,13 @@ class Responder:
         finally:
             n.stop()
             self._restore_status(before)
-            self._restore(old)
+            restore_signals(old)
         self._emit("stopped", {}, handled=self.handled)
         return self.handled
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-
-    def _signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def on_signal(signum, frame):
-            self.stop()
-        return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    @staticmethod
-    def _restore(old) -> None:
-        for s, h in (old or {}).items():
-            signal.signal(s, h)
 
     def _set_status(self):
         """Says "away: ..." in the agent's status (rules: status = true); the status

@@ -248,7 +248,7 @@ class Worker:
                 self._wake.wait(timeout)
         finally:
             n.stop()
-            self._restore(old)
+            restore_signals(old)
         self._emit("stopped", {}, done=done)
         return done
 
@@ -257,19 +257,10 @@ class Worker:
         self._wake.set()
 
     def _signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def on_signal(signum, frame):
-            self.stop()
+        def interrupt():
             if self._in_handler:     # interrupt the handler: its task is released
                 raise Stop()
-        return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    @staticmethod
-    def _restore(old) -> None:
-        for s, h in (old or {}).items():
-            signal.signal(s, h)
+        return catch_stop_signals(self.stop, interrupt)
 
     def _reap(self) -> int:
         """Reap the room's expired leases; how many were reaped."""
@@ -302,6 +293,25 @@ class Worker:
         except Exception:
             pass
         return ev
+
+
+def catch_stop_signals(stop, then=None):
+    """SIGTERM and SIGINT call stop() (then then(), which may raise to interrupt what
+    the main thread is doing). Only the main thread can catch signals: elsewhere this
+    does nothing. Returns what restore_signals() puts back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_signal(signum, frame):
+        stop()
+        if then is not None:
+            then()
+    return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def restore_signals(old) -> None:
+    for s, h in (old or {}).items():
+        signal.signal(s, h)
 
 
 class _Renewer(threading.Thread):
