@@ -4,7 +4,7 @@ and the notifier call these; each write is one commit checked by the rules."""
 import os
 import time
 
-from . import deps, events, fmt, machine, model, taskindex
+from . import deps, events, fmt, machine, model, rules, taskindex
 from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
@@ -24,6 +24,11 @@ def _now() -> int:
 def _subject_text(text: str, width: int = 60) -> str:
     line = " ".join(text.strip().split("\n", 1)[0].split())
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _ago(seconds: int) -> str:
+    return (f"{seconds} s" if seconds < 120 else f"{seconds // 60} min" if seconds < 7200
+            else f"{seconds // 3600} h" if seconds < 172800 else f"{seconds // 86400} days")
 
 
 def by_short_name(name: str, ids) -> str:
@@ -326,7 +331,72 @@ class Room:
             msg = self._msg(subject, text, "send", key, to=", ".join(rto), cc=", ".join(rcc),
                             task=task, reply_to=reply_to)
             return {}, msg, {"to": rto, "cc": rcc}
-        return self._write(agent, build, key)
+        r = self._write(agent, build, key)
+        hints = self._dead_hints(list(r.get("to", [])) + list(r.get("cc", [])))
+        if hints:
+            r["hints"] = hints
+        return r
+
+    def _dead_hints(self, ids) -> list[str]:
+        """A line for each agent among `ids` that looks dead (no act for HEALTH's last
+        limit): it may not read a message soon. Cheap first (its last ping and the
+        time of the commit its cursor points at), and a walk only for the doubtful."""
+        view, now, out = self.view(), self.clock(), []
+        for a in ids:
+            if not model.is_agent_id(a):
+                continue   # @team, all
+            doc = view.agent(a)
+            if doc is None:
+                continue
+            last = doc["last_seen"]
+            if doc["cursor"]:
+                try:
+                    last = max(last, self.store.reader.commit(doc["cursor"]).time)
+                except KeyError:
+                    pass
+            if now - last < HEALTH[-1][0]:
+                continue
+            last = max(last, self._last_acts(view, {a}, limit=2000)[0].get(a, 0))
+            if now - last >= HEALTH[-1][0]:
+                out.append(f"{a} looks dead (last act {_ago(now - last)} ago): it may not "
+                           "read this soon")
+        return out
+
+    def sent(self, agent: str, n: int = 10, message: str = "", limit: int = 5000) -> list[dict]:
+        """`agent`'s last `n` messages (or just `message`, a commit id), newest first, each
+        with its recipients and whether each has read it (its read cursor is at or past
+        the message). Agents that joined after a message are not counted."""
+        agent = self.resolve(agent)
+        view, reader = self.view(), self.store.reader
+        want = self.store.resolve(message) if message else ""
+        agents = view.agents()
+        passed, joined, out = set(), set(), []   # joined: registered after the commit at hand
+        for i, c in enumerate(first_parent_walk(reader, view.commit)):
+            if i >= limit or len(out) >= n:
+                break
+            if (c.oid == want or (not want and c.author == agent)) and rules.is_message(reader, c):
+                to, cc = rules.recipients(c)
+                got = []
+                for a in agents:
+                    if a["id"] in joined:
+                        continue
+                    how = rules.reaches(c.author, to, cc, a["id"],
+                                        lambda a=a: model.is_lead(a, view.room))
+                    if how:
+                        got.append({"agent": a["id"], "via": how,
+                                    "read": a["cursor"] == c.oid or a["cursor"] in passed})
+                out.append({"id": c.oid, "from": c.author, "time": c.time, "to": to, "cc": cc,
+                            "text": c.body or c.subject, "recipients": got,
+                            "read": sum(g["read"] for g in got)})
+                if want:
+                    break
+            passed.add(c.oid)
+            if c.op == "register":
+                joined.add(c.author)
+        if want and not out:
+            raise NotFound(f"{message} is not a message in room {self.name!r} (within the last "
+                           f"{limit} commits)", "give a message id from gitdrop sent or inbox")
+        return out
 
     def _events_since(self, view: RoomView, cursor: str, agent: str, moving: bool = False):
         """`moving`: the caller moves the cursor past whatever is found, so a walk

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, ago, command, paint, progress, short_id, split_list, table
+from .. import model
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -134,6 +135,31 @@ def send(s: Scope,
                     key=key or s.key)
     s.emit(r, f"sent to {', '.join(r['to'])}" + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "")
            + f" [{short_id(r['commit'])}]")
+    for hint in r.get("hints", []):
+        s.note(f"note: {hint}")
+
+
+@command(app, "sent")
+def sent(s: Scope,
+         message: Annotated[Optional[str], typer.Argument(
+             help="One message (its id): who it reached and who has read it.",
+             metavar="[MESSAGE]", show_default=False)] = None,
+         n: Annotated[int, typer.Option("-n", help="How many of your last messages.")] = 10):
+    """Your recent messages, each with its recipients and whether each has read it
+    (from their read cursors)."""
+    msgs = s.room.sent(s.agent, n=n, message=message or "")
+
+    def show():
+        if not msgs:
+            print(f"{s.agent} has sent nothing in {s.room_name} lately")
+            return
+        for m in msgs:
+            who = ", ".join(f"{model.short(g['agent'])} {'read' if g['read'] else 'UNREAD'}"
+                            for g in m["recipients"]) or "nobody"
+            print(f"{short_id(m['id'])} {ago(m['time'])} → {', '.join(m['to'])}: "
+                  f"{' '.join(m['text'].split())[:60]}")
+            print(f"    {m['read']}/{len(m['recipients'])} read: {who}")
+    s.emit({"room": s.room_name, "agent": s.agent, "messages": msgs}, show)
 
 
 VIA = {"to": "you", "cc": "cc", "team": "your team", "all": "all", "lead": "lead copy",

@@ -26,6 +26,7 @@ COMMANDS = {
     "status": ("agents", False, "Agents and messages"),
     "ping": ("agents", False, "Agents and messages"),
     "send": ("agents", False, "Agents and messages"),
+    "sent": ("agents", False, "Agents and messages"),
     "inbox": ("agents", False, "Agents and messages"),
     "history": ("agents", False, "Agents and messages"),
     "log": ("agents", False, "Agents and messages"),

@@ -174,6 +174,7 @@ class Sent(TypedDict):
     to: list[str]
     cc: list[str]
     commit: str
+    hints: NotRequired[list[str]]   # a recipient that looks dead may not read it soon
 
 
 class Inbox(TypedDict):
@@ -345,6 +346,13 @@ def _message(ev: dict) -> Message:
     return {"id": ev["id"], "op": ev["op"], "from": ev["from"], "to": ev["to"], "cc": ev["cc"],
             "time": ev["time"], "text": text, "task": str(ev.get("task") or ""),
             "handshake": str(ev.get("handshake") or ""), "via": ev.get("via", "")}
+
+
+def _sent(r: dict) -> Sent:
+    out = {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
+    if r.get("hints"):
+        out["hints"] = r["hints"]
+    return out
 
 
 def _task(t: dict) -> Task:
@@ -559,7 +567,7 @@ class ToolBox:
         """
         r = self.room.send(self.me(from_agent), _split(to_agent), message, _split(cc),
                            task=str(task_id or ""), reply_to=str(reply_to or ""), key=key)
-        return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
+        return _sent(r)
 
     def broadcast(self, message: str, from_agent: str = "") -> Sent:
         """Message everyone in the room.
@@ -567,7 +575,7 @@ class ToolBox:
         message: the text
         """
         r = self.room.send(self.me(from_agent), [model.ALL], message)
-        return {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
+        return _sent(r)
 
     def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
         """Read your unread messages and notices, oldest first (remaining: how many
