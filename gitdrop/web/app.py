@@ -1,0 +1,503 @@
+"""The web board as a Starlette app: `make_app(hub_path)`.
+
+Reading needs no login when the board is bound to this machine only (the CLI
+passes `require_login=True` for any other address); acting always does. A login
+is a hub token (`gitdrop token team/name`): the session cookie is signed with a
+secret of this process, HttpOnly and SameSite=Strict, and names the agent and the
+token's digest (a rotated or revoked token ends the session). Every POST action
+also carries the session's CSRF token in its form. Writes go through the core, so
+the rules decide; a refusal is shown with the rule's own words.
+"""
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import board as boardmod
+from .. import events as eventsmod
+from .. import tokens
+from ..errors import GitdropError, NotFound, Refusal, UsageError
+from . import charts, pages
+
+COOKIE = "gitdrop_session"
+SESSION_SECONDS = 12 * 3600
+WATCHER = "hub/web"        # the notifier's subscriber id: nobody commits as it
+KEEPALIVE = 15.0           # seconds between SSE comments while nothing lands
+TICK = 0.5                 # seconds between checks that a stream's reader is still there
+HISTORY_CAP = 20000        # commits read for the log filters and the charts
+MAX_FORM = 256 * 1024
+STATUS = {Refusal: 409, NotFound: 404, UsageError: 400}
+
+
+def _b64(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
+
+
+def _unb64(s: str) -> bytes:
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def _status(err) -> int:
+    for cls, code in STATUS.items():
+        if isinstance(err, cls):
+            return code
+    return 500 if not isinstance(err, GitdropError) else 409
+
+
+class Board:
+    """What the routes share: the hub (one lock around it), the token verifier, the
+    session secret and the notifier."""
+
+    def __init__(self, hub_path: str, require_login: bool, secret: bytes | None):
+        from ..opener import open_hub
+        self.hub_path = hub_path
+        self.hub = open_hub(hub_path, create=False)
+        self.require_login = require_login
+        self.secret = secret or secrets.token_bytes(32)
+        self.verifier = tokens.Verifier(hub_path)
+        self.lock = threading.RLock()
+        self.notifier = None
+        self.stopping = threading.Event()
+
+    # --- the hub ----------------------------------------------------------------
+    async def call(self, fn, *a, **kw):
+        def locked():
+            with self.lock:
+                return fn(*a, **kw)
+        return await run_in_threadpool(locked)
+
+    def room(self, name: str):
+        return self.hub.room(name)
+
+    # --- sessions ---------------------------------------------------------------
+    def sign(self, data: dict) -> str:
+        raw = _b64(json.dumps(data, separators=(",", ":")).encode())
+        mac = _b64(hmac.new(self.secret, raw.encode(), hashlib.sha256).digest())
+        return f"{raw}.{mac}"
+
+    def session(self, request: Request) -> dict | None:
+        value = request.cookies.get(COOKIE, "")
+        raw, _, mac = value.partition(".")
+        if not raw or not mac:
+            return None
+        want = _b64(hmac.new(self.secret, raw.encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(want, mac):
+            return None
+        try:
+            data = json.loads(_unb64(raw))
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("e", 0) < time.time():
+            return None
+        if not self._token_still(data.get("a", ""), data.get("t", "")):
+            return None
+        return data
+
+    def _token_still(self, agent: str, digest: str) -> bool:
+        """The token the session was made with is still the agent's (tokens.json keeps
+        one digest per agent: a new token or a revoked one ends older sessions)."""
+        v = self.verifier
+        v._refresh()
+        return bool(agent) and v._by_hash.get(digest) == agent
+
+    def login(self, token: str) -> str:
+        agent = self.verifier.agent(token.strip())
+        if not agent:
+            return ""
+        return self.sign({"a": agent, "t": tokens.digest(token.strip()),
+                          "c": secrets.token_urlsafe(24), "e": int(time.time()) + SESSION_SECONDS})
+
+
+def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = None,
+             notifier: bool = True) -> Starlette:
+    """The web board of the hub at `hub_path`. `require_login`: every page needs a
+    login (for a board bound to an address other machines reach)."""
+    b = Board(hub_path, require_login, secret)
+
+    def who(request):
+        s = b.session(request)
+        return (s["a"], s["c"]) if s else ("", "")
+
+    def humans_of(room):
+        return {a["agent"] for a in room.who() if a.get("human")}
+
+    def is_human(room, agent):
+        return bool(agent) and agent in humans_of(room)
+
+    def html(text, status=200, headers=None):
+        h = {"Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
+             "script-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
+             "Cache-Control": "no-store"}
+        h.update(headers or {})
+        return HTMLResponse(text, status_code=status, headers=h)
+
+    def failed(err):
+        return html(pages.error(_status(err), err), _status(err))
+
+    def gate(fn):
+        """A page: with require_login, none without a session (401 and the login form)."""
+        async def page(request):
+            if b.require_login and not b.session(request):
+                return html(pages.login(need=True), 401)
+            try:
+                return await fn(request)
+            except GitdropError as err:
+                return failed(err)
+        return page
+
+    async def form_of(request) -> dict:
+        if int(request.headers.get("content-length") or 0) > MAX_FORM:
+            raise UsageError("the form is too large", "send less")
+        f = await request.form()
+        return {k: str(v) for k, v in f.items()}
+
+    def action(fn):
+        """A POST that writes: a session and its CSRF token, or 403 and nothing written."""
+        async def post(request):
+            s = b.session(request)
+            if not s:
+                return html(pages.login("acting needs a login"), 403)
+            origin = request.headers.get("origin")
+            if origin and origin.split("://", 1)[-1] != request.headers.get("host", ""):
+                return html(pages.page("403", "<h1>403</h1><p>cross-site request refused</p>"), 403)
+            try:
+                form = await form_of(request)
+            except GitdropError as err:
+                return failed(err)
+            if not hmac.compare_digest(form.get("csrf", ""), s["c"]):
+                return html(pages.page("403", "<h1>403</h1><p>the form's CSRF token is "
+                                       "missing or wrong: reload the page</p>"), 403)
+            try:
+                return await fn(request, s["a"], s["c"], form)
+            except GitdropError as err:
+                return failed(err)
+        return post
+
+    # --- pages ------------------------------------------------------------------
+    async def index(request):
+        user, _ = who(request)
+        rows = await b.call(b.hub.rooms)
+        return html(pages.rooms(rows, user))
+
+    def board_page(name, user, csrf, err=None, ok=""):
+        room = b.room(name)
+        data = boardmod.board_data(room)
+        return pages.board(data, user, csrf, is_human(room, user), err, ok)
+
+    async def board(request):
+        user, csrf = who(request)
+        name = request.path_params["room"]
+        ok = request.query_params.get("ok", "")
+        return html(await b.call(board_page, name, user, csrf, None, ok))
+
+    async def fragment(request):
+        user, csrf = who(request)
+        room = await b.call(b.room, request.path_params["room"])
+        data = await b.call(boardmod.board_data, room)
+        return html(pages.board_fragment(data, csrf))
+
+    def task_page(name, tid, user, csrf, err=None, ok=""):
+        room = b.room(name)
+        t = room.task(tid)
+        hist = room.history(n=500, task=str(t["id"]), messages_only=False)
+        moves = [h for h in hist if h["op"] != "send"]
+        msgs = [h for h in hist if h["op"] == "send"]
+        humans = humans_of(room)
+        return pages.task(name, t, moves, msgs, user, csrf, humans, user in humans, err, ok)
+
+    async def task(request):
+        user, csrf = who(request)
+        p = request.path_params
+        return html(await b.call(task_page, p["room"], p["id"], user, csrf, None,
+                                 request.query_params.get("ok", "")))
+
+    def agent_page(name, agent, user):
+        room = b.room(name)
+        agents = room.who()
+        found = [a for a in agents if a["agent"] == agent] or \
+            [a for a in agents if a["agent"].split("/")[-1] == agent]
+        if not found:
+            raise NotFound(f"no agent {agent} in room {name!r}", "see the board's agents")
+        a = found[0]
+        mine = room.list_tasks(assignee=a["agent"], include_done=True)
+        hist = room.history(n=HISTORY_CAP, messages_only=False)
+        acts = [h for h in hist if h["from"] == a["agent"]][-50:]
+        return pages.agent(name, a, mine, acts, user, is_human(room, user))
+
+    async def agent(request):
+        user, _ = who(request)
+        p = request.path_params
+        return html(await b.call(agent_page, p["room"], p["agent"], user))
+
+    def log_page(name, filters, user, limit=200):
+        room = b.room(name)
+        task_id = filters.get("task", "").lstrip("#")
+        author, op = filters.get("author", ""), filters.get("op", "")
+        n = limit if not (author or op) else HISTORY_CAP
+        hist = room.history(n=n, task=task_id, messages_only=False)
+        if author:
+            hist = [h for h in hist if h["from"] == author or h["from"].split("/")[-1] == author]
+        if op:
+            hist = [h for h in hist if h["op"] == op or h["op"] == "task-" + op]
+        return pages.log(name, hist[-limit:], filters, user, is_human(room, user))
+
+    async def log(request):
+        user, _ = who(request)
+        q = request.query_params
+        filters = {k: q.get(k, "") for k in ("author", "op", "task")}
+        return html(await b.call(log_page, request.path_params["room"], filters, user))
+
+    def chart_data(name):
+        room = b.room(name)
+        hist = room.history(n=HISTORY_CAP, messages_only=False)
+        headers = room.list_tasks(include_done=True)
+        now = int(room.clock())
+        return (charts.flow(hist, headers, now), charts.activity(hist, now),
+                charts.graph_svg(room.graph(), f"/r/{pages.u(name)}"))
+
+    async def charts_page(request):
+        user, _ = who(request)
+        name = request.path_params["room"]
+        flow, act, graph = await b.call(chart_data, name)
+        return html(pages.charts(name, flow, act, graph, user))
+
+    async def chart_svg(request):
+        which = {"flow.svg": 0, "activity.svg": 1, "graph.svg": 2}.get(request.path_params["which"])
+        if which is None:
+            raise NotFound("no such chart", "flow.svg, activity.svg or graph.svg")
+        svg = (await b.call(chart_data, request.path_params["room"]))[which]
+        return Response(svg, media_type="image/svg+xml",
+                        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+
+    def commit_page(name, oid, user):
+        room = b.room(name)
+        if not (4 <= len(oid) <= 64) or oid.strip("0123456789abcdef"):
+            raise UsageError(f"{oid[:70]!r} is not a commit id", "follow a link of the log")
+        reader = room.store.reader
+        try:
+            c = reader.commit(oid)
+        except (KeyError, ValueError, GitdropError):
+            c = None
+        if c is None:
+            raise NotFound(f"no commit {oid}", "follow a link of the log")
+        ev = eventsmod.event(reader, c)
+        return pages.commit(name, {"id": c.oid, "author": c.author, "time": c.time,
+                                   "subject": ev["subject"], "body": c.message}, user)
+
+    async def commit(request):
+        user, _ = who(request)
+        p = request.path_params
+        return html(await b.call(commit_page, p["room"], p["oid"], user))
+
+    def inbox_page(name, user, csrf, ok=""):
+        room = b.room(name)
+        got = room.inbox(user, limit=200, peek=True)
+        return pages.inbox(name, got, user, csrf, is_human(room, user), ok)
+
+    async def inbox(request):
+        user, csrf = who(request)
+        if not user:
+            return html(pages.login("your inbox needs a login"), 401)
+        return html(await b.call(inbox_page, request.path_params["room"], user, csrf,
+                                 request.query_params.get("ok", "")))
+
+    async def mark_read(request, agent, csrf, form):
+        name = request.path_params["room"]
+
+        def do():
+            return b.room(name).inbox(agent, limit=0)
+        r = await b.call(do)
+        return acted(request, f"/r/{pages.u(name)}/inbox", f"marked {r['unread']} read")
+
+    # --- live -------------------------------------------------------------------
+    async def stream(request):
+        name = request.path_params["room"]
+        await b.call(b.room, name)   # NotFound before any stream
+        if b.notifier is None:
+            raise UsageError("live updates are off", "reload the page")
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+
+        def landed(evs):
+            loop.call_soon_threadsafe(q.put_nowait, evs)
+        unsubscribe = b.notifier.subscribe(name, WATCHER, landed, every=True)
+
+        async def gen():
+            try:
+                yield ": live\n\n"
+                quiet = 0.0
+                while not b.stopping.is_set():
+                    try:
+                        evs = await asyncio.wait_for(q.get(), TICK)
+                    except asyncio.TimeoutError:
+                        quiet += TICK
+                        if await request.is_disconnected():
+                            break
+                        if quiet >= KEEPALIVE:
+                            quiet = 0.0
+                            yield ": keepalive\n\n"
+                        continue
+                    for ev in evs:
+                        data = {k: ev.get(k) for k in ("id", "op", "from", "time", "subject",
+                                                        "task", "to")}
+                        data["room"] = name
+                        yield (f"event: commit\nid: {ev['id']}\n"
+                               f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
+            finally:
+                unsubscribe()
+        return StreamingResponse(gen(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+
+    # --- login ------------------------------------------------------------------
+    async def login_form(request):
+        return html(pages.login())
+
+    async def login(request):
+        try:
+            form = await form_of(request)
+        except GitdropError as err:
+            return failed(err)
+        cookie = b.login(form.get("token", ""))
+        if not cookie:
+            return html(pages.login("that is not a token of this hub"), 403)
+        r = RedirectResponse("/", status_code=303)
+        r.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, httponly=True,
+                     samesite="strict", path="/")
+        return r
+
+    async def logout(request):
+        r = RedirectResponse("/", status_code=303)
+        r.delete_cookie(COOKIE, path="/")
+        return r
+
+    # --- acting -----------------------------------------------------------------
+    def acted(request, where: str, ok: str):
+        return RedirectResponse(f"{where}?ok={pages.u(ok)}", status_code=303)
+
+    def task_move(move):
+        async def act(request, agent, csrf, form):
+            p = request.path_params
+            name, tid = p["room"], p["id"]
+            kw = {}
+            if move == "answer":
+                text = form.get("text", "").strip()
+                kw = {"answer": text, "note": text}
+            elif move == "reject":
+                kw = {"note": form.get("reason", "").strip()}
+
+            def do():
+                return b.room(name).move_task(agent, tid, move, **kw)
+            try:
+                r = await b.call(do)
+            except Refusal as err:
+                return html(await b.call(task_page, name, tid, agent, csrf, err), 409)
+            return acted(request, f"/r/{pages.u(name)}/t/{pages.u(tid)}",
+                         f"task {r.get('id', tid)}: {move} done, now {r.get('state', '')}")
+        return act
+
+    def sender(on_task: bool):
+        async def act(request, agent, csrf, form):
+            p = request.path_params
+            name, tid = p["room"], p.get("id", "")
+            to, text = form.get("to", "").strip(), form.get("text", "")
+
+            def do():
+                return b.room(name).send(agent, to, text, task=tid)
+            try:
+                await b.call(do)
+            except Refusal as err:
+                if on_task:
+                    return html(await b.call(task_page, name, tid, agent, csrf, err), 409)
+                return html(await b.call(board_page, name, agent, csrf, err), 409)
+            where = f"/r/{pages.u(name)}" + (f"/t/{pages.u(tid)}" if on_task else "")
+            return acted(request, where, f"sent to {to}")
+        return act
+
+    routes = [
+        Route("/", gate(index)),
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/r/{room}", gate(board)),
+        Route("/r/{room}/fragment", gate(fragment)),
+        Route("/r/{room}/events", gate(stream)),
+        Route("/r/{room}/log", gate(log)),
+        Route("/r/{room}/charts", gate(charts_page)),
+        Route("/r/{room}/charts/{which}", gate(chart_svg)),
+        Route("/r/{room}/t/{id}", gate(task)),
+        Route("/r/{room}/a/{agent:path}", gate(agent)),
+        Route("/r/{room}/c/{oid}", gate(commit)),
+        Route("/r/{room}/inbox", gate(inbox)),
+        Route("/r/{room}/inbox/read", action(mark_read), methods=["POST"]),
+        Route("/r/{room}/send", action(sender(False)), methods=["POST"]),
+        Route("/r/{room}/t/{id}/send", action(sender(True)), methods=["POST"]),
+        Route("/r/{room}/t/{id}/answer", action(task_move("answer")), methods=["POST"]),
+        Route("/r/{room}/t/{id}/approve", action(task_move("approve")), methods=["POST"]),
+        Route("/r/{room}/t/{id}/reject", action(task_move("reject")), methods=["POST"]),
+    ]
+
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if notifier:
+            from ..notifier import Notifier
+            b.notifier = Notifier(hub_path).start()
+        try:
+            yield
+        finally:
+            b.stopping.set()
+            if b.notifier is not None:
+                b.notifier.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.board = b
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(hub_path: str, host: str = "127.0.0.1", port: int = 8787, log_level: str = "warning"):
+    """Run the board until interrupted (every page needs a login off loopback)."""
+    server(make_app(hub_path, require_login=not is_loopback(host)), host, port,
+           log_level).run()
+
+
+def server(app, host: str, port: int, log_level: str = "warning"):
+    """A uvicorn server for the app whose exit (Ctrl-C, or should_exit) also ends the
+    open event streams, so it stops at once."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            app.state.board.stopping.set()
+            super().handle_exit(sig, frame)
+
+        async def main_loop(self):
+            await super().main_loop()     # returns once it should exit
+            app.state.board.stopping.set()
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=2, lifespan="on")
+    return Server(config)

@@ -1,0 +1,294 @@
+"""`gitdrop web`: the web board served by a real uvicorn on 127.0.0.1, read and
+driven over HTTP: the board's columns, escaping of hostile words, the live
+stream after a CLI send, logging in with a hub token and acting as that agent,
+refusals in the rule's words, CSRF, the login wall off loopback, the charts."""
+
+import json
+import re
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gitdrop import hub as hubmod
+from gitdrop import tokens
+from cli_helpers import Gitdrop
+
+try:
+    import httpx
+except ImportError:   # the MCP SDK brings it under this name
+    import httpx2 as httpx
+
+uvicorn = pytest.importorskip("uvicorn")
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The app on a free port of 127.0.0.1, in a thread, until stop()."""
+
+    def __init__(self, hub_path: str, **kw):
+        from gitdrop.web.app import make_app, server
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = server(make_app(hub_path, **kw), "127.0.0.1", self.port)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 10
+        while not self.server.started:
+            assert time.time() < deadline, "the web board did not start"
+            time.sleep(0.02)
+
+    def client(self, **kw):
+        return httpx.Client(base_url=self.url, timeout=5.0, **kw)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+def seed(path: str):
+    h = hubmod.init(path)
+    r = h.room("lobby")
+    r.register("core/juno", ["lead"])
+    r.register("core/spartan", ["coder"])
+    r.register("core/kai", ["coder"])
+    r.register("ops/ada", ["lead"], human=True)
+    r.create_task("core/juno", "Build the users API", assignee="core/spartan", priority=2,
+                  body="Return id and name.\n" + HOSTILE, reviewer="core/juno")          # 1
+    r.move_task("core/spartan", 1, "start")
+    r.create_task("core/juno", HOSTILE)                                                 # 2
+    r.create_task("core/juno", "Pick a port", assignee="core/kai")                      # 3
+    r.move_task("core/kai", 3, "ask", question="Which port? <b>bold</b>")
+    r.create_task("core/juno", "Page of users", assignee="core/spartan",
+                  reviewer="core/juno")                                                  # 4
+    r.move_task("core/spartan", 4, "start")
+    r.move_task("core/spartan", 4, "submit", note="done")
+    r.create_task("core/juno", "Say hello", assignee="core/spartan", review=False)      # 5
+    r.move_task("core/spartan", 5, "start")
+    r.move_task("core/spartan", 5, "complete", note="said")
+    r.create_task("core/juno", "Users by page", after=["2"])                            # 6
+    r.send("core/spartan", "core/juno", "hello " + HOSTILE, task="1")
+    return h
+
+
+@pytest.fixture
+def hub(tmp_path):
+    return seed(str(tmp_path / "hub.git"))
+
+
+@pytest.fixture
+def web(hub):
+    s = Server(hub.path)
+    yield s
+    s.stop()
+
+
+def cards(page: str, state: str) -> list[str]:
+    col = re.search(r'<div class="col" data-state="' + state + r'">(.*?)</div>(?=<div class="col"|</div><div class="side">)',
+                    page, re.S)
+    assert col, state
+    return re.findall(r'<div class="card" data-task="([^"]+)"', col.group(1))
+
+
+def login(s: Server, hub_path: str, agent: str):
+    c = s.client()
+    r = c.post("/login", data={"token": tokens.mint(hub_path, agent)})
+    assert r.status_code == 303, r.text
+    page = c.get("/r/lobby").text
+    assert f"signed in as <b>{agent}</b>" in page
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    return c, csrf
+
+
+def tip(hub) -> str:
+    return hub.store.tip("refs/heads/rooms/lobby")
+
+
+def test_the_board_shows_tasks_in_their_columns(web):
+    with web.client() as c:
+        assert "lobby" in c.get("/").text
+        page = c.get("/r/lobby").text
+    assert cards(page, "in_progress") == ["1"]
+    assert sorted(cards(page, "pending")) == ["2", "6"]
+    assert cards(page, "feedback") == ["3"]
+    assert cards(page, "review") == ["4"]
+    assert cards(page, "completed") == ["5"]
+    assert "(person)" in page and "ops/ada" in page
+    assert "EventSource" in page
+
+
+def test_hostile_words_are_escaped(web):
+    with web.client() as c:
+        pages = [c.get(p).text for p in ("/r/lobby", "/r/lobby/t/1", "/r/lobby/t/2",
+                                         "/r/lobby/log", "/r/lobby/charts",
+                                         "/r/lobby/a/core/spartan")]
+    for p in pages:
+        assert HOSTILE not in p
+        assert "<b>bold</b>" not in p
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[1]   # the brief and the message
+    assert "Which port? &lt;b&gt;bold&lt;/b&gt;" in pages[0]
+
+
+def test_task_page_has_moves_messages_and_commit_links(web):
+    with web.client() as c:
+        page = c.get("/r/lobby/t/4").text
+        assert "task-submit" in page and "task-start" in page and "core/spartan" in page
+        oid = re.search(r'href="/r/lobby/c/([0-9a-f]+)"', page).group(1)
+        assert c.get(f"/r/lobby/c/{oid}").status_code == 200
+        page1 = c.get("/r/lobby/t/1").text
+        assert "hello &lt;script&gt;" in page1
+        assert c.get("/r/lobby/t/99").status_code == 404
+        assert c.get("/r/nowhere").status_code == 404
+
+
+def test_log_filters(web):
+    with web.client() as c:
+        page = c.get("/r/lobby/log", params={"author": "kai"}).text
+        assert "task-ask" in page and "task-submit" not in page
+        page = c.get("/r/lobby/log", params={"task": "5"}).text
+        assert "task-complete" in page and "task-ask" not in page
+        page = c.get("/r/lobby/log", params={"op": "send"}).text
+        assert "hello" in page and "task-start" not in page
+
+
+def test_sse_delivers_a_cli_send_within_a_second(web, hub, tmp_path):
+    got, ready = [], threading.Event()
+
+    def listen():
+        with httpx.Client(timeout=10.0) as c:
+            with c.stream("GET", web.url + "/r/lobby/events") as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                for line in r.iter_lines():
+                    ready.set()
+                    if line.startswith("data: "):
+                        got.append((time.monotonic(), json.loads(line[6:])))
+                        return
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    assert ready.wait(5)
+    time.sleep(0.2)
+    Gitdrop(hub.path, str(tmp_path), agent="core/kai").ok("send", "core/juno", "-m", "ping from cli")
+    sent = time.monotonic()
+    t.join(5)
+    assert got, "no event came"
+    assert got[0][0] - sent < 1.0
+    assert got[0][1]["op"] == "send" and got[0][1]["from"] == "core/kai"
+
+
+def test_login_then_approve_is_a_commit_by_that_agent(web, hub):
+    c, csrf = login(web, hub.path, "core/juno")
+    r = c.post("/r/lobby/t/4/approve", data={"csrf": csrf})
+    assert r.status_code == 303
+    assert hub.room("lobby").task(4)["state"] == "completed"
+    assert hub.store.reader.commit(tip(hub)).author == "core/juno"
+    assert "approve done" in c.get(r.headers["location"]).text
+
+
+def test_a_person_answers_and_sends(web, hub):
+    c, csrf = login(web, hub.path, "ops/ada")
+    r = c.post("/r/lobby/t/3/answer", data={"csrf": csrf, "text": "8080"})
+    assert r.status_code == 303, r.text
+    t = hub.room("lobby").task(3)
+    assert t["state"] == "in_progress" and t["answer"] == "8080"
+    r = c.post("/r/lobby/send", data={"csrf": csrf, "to": "core/kai", "text": "thanks"})
+    assert r.status_code == 409 and "unread" in r.text   # the rules: read first
+    assert "hello" in c.get("/r/lobby/inbox").text
+    assert c.post("/r/lobby/inbox/read", data={"csrf": csrf}).status_code == 303
+    r = c.post("/r/lobby/send", data={"csrf": csrf, "to": "core/kai", "text": "thanks"})
+    assert r.status_code == 303, r.text
+    c2 = hub.store.reader.commit(tip(hub))
+    assert c2.author == "ops/ada"
+    page = c.get("/r/lobby").text
+    assert "(person)" in page
+
+
+def test_a_refused_action_shows_the_rule(web, hub):
+    c, csrf = login(web, hub.path, "core/kai")     # not the reviewer of task 4
+    before = tip(hub)
+    r = c.post("/r/lobby/t/4/approve", data={"csrf": csrf})
+    assert r.status_code == 409
+    assert 'class="rule"' in r.text and "why:" in r.text
+    rule = re.search(r'<code class="rule">([^<]+)</code>', r.text).group(1)
+    assert rule and rule != "error"
+    assert tip(hub) == before
+
+
+def test_posts_without_login_or_csrf_are_refused(web, hub):
+    before = tip(hub)
+    with web.client() as anon:
+        r = anon.post("/r/lobby/t/4/approve", data={"csrf": "x"})
+        assert r.status_code == 403
+        r = anon.post("/r/lobby/send", data={"to": "core/kai", "text": "hi"})
+        assert r.status_code == 403
+    c, csrf = login(web, hub.path, "core/juno")
+    assert c.post("/r/lobby/t/4/approve", data={}).status_code == 403
+    assert c.post("/r/lobby/t/4/approve", data={"csrf": csrf + "x"}).status_code == 403
+    with web.client() as forged:
+        forged.cookies.set("gitdrop_session", "e30.AAAA")
+        assert forged.post("/r/lobby/t/4/approve", data={"csrf": csrf}).status_code == 403
+    assert web.client().post("/login", data={"token": "gd_nope"}).status_code == 403
+    assert tip(hub) == before
+
+
+def test_a_new_token_ends_the_old_session(web, hub):
+    c, csrf = login(web, hub.path, "core/juno")
+    tokens.mint(hub.path, "core/juno")     # rotated
+    assert c.post("/r/lobby/t/4/approve", data={"csrf": csrf}).status_code == 403
+    assert hub.room("lobby").task(4)["state"] == "review"
+
+
+def test_off_loopback_every_page_needs_a_login(hub):
+    s = Server(hub.path, require_login=True)
+    try:
+        with s.client() as c:
+            for p in ("/", "/r/lobby", "/r/lobby/t/1", "/r/lobby/log", "/r/lobby/charts",
+                      "/r/lobby/charts/flow.svg", "/r/lobby/events"):
+                r = c.get(p)
+                assert r.status_code == 401, p
+                assert "Build the users API" not in r.text
+        c, _ = login(s, hub.path, "core/juno")
+        assert "Build the users API" in c.get("/r/lobby").text
+    finally:
+        s.stop()
+
+
+def test_the_charts_are_svg(web):
+    from gitdrop.web.charts import STATES
+    with web.client() as c:
+        flow = c.get("/r/lobby/charts/flow.svg")
+        assert flow.headers["content-type"].startswith("image/svg+xml")
+        root = ET.fromstring(flow.text)
+        ns = "{http://www.w3.org/2000/svg}"
+        series = [p.get("data-state") for p in root.iter(ns + "path") if p.get("class") == "series"]
+        assert sorted(series) == sorted(STATES)
+        act = ET.fromstring(c.get("/r/lobby/charts/activity.svg").text)
+        agents = {g.get("data-agent") for g in act.iter(ns + "g") if g.get("class") == "agent"}
+        assert {"core/juno", "core/spartan", "core/kai"} <= agents
+        graph = ET.fromstring(c.get("/r/lobby/charts/graph.svg").text)
+        nodes = {g.get("data-task") for g in graph.iter(ns + "g") if g.get("class") == "node"}
+        assert nodes == {"1", "2", "3", "4", "5", "6"}
+        assert len([x for x in graph.iter(ns + "line") if x.get("class") == "edge"]) == 1
+        assert c.get("/r/lobby/charts").status_code == 200
+
+
+def test_flow_replays_the_states():
+    from gitdrop.web.charts import flow_series
+    evs = [{"task": "1", "op": "task-create", "time": 100, "for": []},
+           {"task": "1", "op": "task-claim", "time": 200},
+           {"task": "1", "op": "task-start", "time": 300},
+           {"task": "2", "op": "task-create", "time": 300, "for": ["a/b"]}]
+    times, series = flow_series(evs, [{"state": "in_progress"}, {"state": "assigned"}], 400,
+                                buckets=5)
+    assert times[0] == 100 and times[-1] == 400
+    assert series["pending"][0] == 1
+    assert series["in_progress"][-1] == 1 and series["assigned"][-1] == 1
