@@ -292,3 +292,27 @@ def test_flow_replays_the_states():
     assert times[0] == 100 and times[-1] == 400
     assert series["pending"][0] == 1
     assert series["in_progress"][-1] == 1 and series["assigned"][-1] == 1
+
+
+def test_the_cli_serves_and_stops_on_ctrl_c(hub, tmp_path):
+    import signal
+    import subprocess
+    from cli_helpers import ENTRY
+    port = free_port()
+    g = Gitdrop(hub.path, str(tmp_path))
+    p = subprocess.Popen([*ENTRY, "web", "--port", str(port)], env=g.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, page = time.time() + 15, None
+        while time.time() < deadline and page is None:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2.0)
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert page is not None and page.status_code == 200
+        assert "Build the users API" in page.text
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+    assert p.returncode == 0, err
+    assert f"http://127.0.0.1:{port}/" in err

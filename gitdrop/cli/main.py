@@ -51,6 +51,7 @@ COMMANDS = {
     "token": ("tools", False, "Live"),
     "http": ("setup", False, "Live"),
     "board": ("board", False, "Live"),
+    "web": ("web", False, "Live"),
     "demo": ("tools", False, "Start"),
     "mcp": ("setup", True, "Start"),
 }

@@ -1,0 +1,29 @@
+"""`gitdrop web`: the web board (gitdrop/web does the work)."""
+
+from typing import Annotated
+
+import typer
+
+from .base import Scope, command
+
+app = typer.Typer(add_completion=False)
+
+
+@command(app, "web")
+def web(s: Scope,
+        host: Annotated[str, typer.Option(
+            "--host", help="Address to bind. Off this machine (not a loopback address) "
+            "every page needs a login.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8787):
+    """The web board of the hub's rooms, live: the board, tasks, agents, the log, charts;
+    log in with a hub token (gitdrop token team/name) to answer, approve, reject and
+    send as that agent. Runs until Ctrl-C."""
+    from ..web.app import is_loopback, make_app, server
+    hub = s.hub.path   # opens the hub (or words what is missing) before anything is bound
+    need = not is_loopback(host)
+    s.note(f"gitdrop: the web board of {hub} at http://{host}:{port}/"
+           + (" (every page needs a login)" if need else " (log in to act)"))
+    try:
+        server(make_app(hub, require_login=need), host, port).run()
+    except KeyboardInterrupt:
+        pass
