@@ -100,12 +100,14 @@ def flow(events: list[dict], headers: list[dict], now: int, w: int = 760, h: int
     return _svg(w, h, "".join(parts), "cumulative flow of task states")
 
 
-def _axes(times, left, top, pw, ph, peak) -> str:
+def _axes(times, left, top, pw, ph, peak, counts: bool = True) -> str:
     import time as _t
     out = [f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
-           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>',
-           f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">{peak}</text>',
-           f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">0</text>']
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>']
+    if counts:
+        out += [f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">{peak}'
+                '</text>',
+                f'<text x="{left - 4}" y="{top + ph}" font-size="10" text-anchor="end">0</text>']
     fmt = "%m-%d %H:%M" if times[-1] - times[0] > 86400 else "%H:%M:%S"
     for frac, anchor in ((0, "start"), (1, "end")):
         t = times[0] if frac == 0 else times[-1]
@@ -147,7 +149,8 @@ def activity(events: list[dict], now: int, w: int = 760) -> str:
         parts.append("</g>")
     if not rows:
         parts.append(f'<text x="{left}" y="{top + 12}" font-size="11">no commits yet</text>')
-    parts.append(_axes(times, left, top, w - left - 10, row_h * max(len(rows), 1), peak))
+    parts.append(_axes(times, left, top, w - left - 10, row_h * max(len(rows), 1), peak,
+                       counts=False))
     return _svg(w, h, "".join(parts), "each agent's commits over time")
 
 

@@ -155,7 +155,7 @@ fetch(location.pathname.replace(/\\/$/,'')+'/fragment',{credentials:'same-origin
 .then(function(r){return r.ok?r.text():null}).then(function(t){
 if(t!==null){var b=document.getElementById('board');if(b){b.outerHTML=t}}
 busy=false;if(again){again=false;refresh()}}).catch(function(){busy=false})}
-var es=new EventSource(location.pathname.replace(/\\/$/,'')+'/events');
+var es=new EventSource(location.pathname.replace(/\\/$/,'')+'/events');window.gitdropEvents=es;
 es.addEventListener('commit',refresh);})();
 </script>"""
 

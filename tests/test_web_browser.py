@@ -1,0 +1,140 @@
+"""The web board in a real browser: headless Chromium driven through chromedriver
+(WebDriver over HTTP). The board renders its tasks; a CLI send shows on the open
+page without a reload; screenshots of the main pages are saved. Skipped where
+Chromium or chromedriver is not installed (.ci/setup.d/30-chromium.sh installs
+them)."""
+
+import base64
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from cli_helpers import Gitdrop
+from test_web import Server, free_port, httpx, seed
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
+    ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else "")
+DRIVER = shutil.which("chromedriver") or \
+    ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else "")
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                                reason="needs chromium and chromedriver "
+                                       "(.ci/setup.d/30-chromium.sh installs them)")
+
+
+class Browser:
+    """One headless Chromium session through chromedriver's WebDriver API."""
+
+    def __init__(self, tmp):
+        self.port = free_port()
+        self.driver = subprocess.Popen([DRIVER, f"--port={self.port}"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30.0)
+        deadline = time.time() + 15
+        while True:
+            try:
+                if self.http.get("/status").json()["value"]["ready"]:
+                    break
+            except (httpx.TransportError, ValueError, KeyError):
+                pass
+            assert time.time() < deadline, "chromedriver did not start"
+            time.sleep(0.05)
+        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000", f"--user-data-dir={tmp}/profile",
+                "--no-first-run", "--disable-extensions"]
+        r = self.http.post("/session", json={"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}})
+        assert r.status_code == 200, r.text
+        self.sid = r.json()["value"]["sessionId"]
+
+    def cmd(self, method, path, **kw):
+        r = self.http.request(method, f"/session/{self.sid}{path}", **kw)
+        assert r.status_code == 200, r.text
+        return r.json()["value"]
+
+    def go(self, url):
+        self.cmd("POST", "/url", json={"url": url})
+
+    def js(self, script, *args):
+        return self.cmd("POST", "/execute/sync", json={"script": script, "args": list(args)})
+
+    def shot(self, path):
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.cmd("GET", "/screenshot")))
+        return path
+
+    def quit(self):
+        try:
+            self.http.delete(f"/session/{self.sid}")
+        finally:
+            self.http.close()
+            self.driver.terminate()
+            self.driver.wait(10)
+
+
+@pytest.fixture
+def site(tmp_path):
+    h = seed(str(tmp_path / "hub.git"))
+    s = Server(h.path)
+    b = Browser(tmp_path)
+    yield h, s, b
+    b.quit()
+    s.stop()
+
+
+def until(fn, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
+def test_the_board_renders_its_tasks(site):
+    h, s, b = site
+    b.go(s.url + "/r/lobby")
+    cols = b.js("var out={};document.querySelectorAll('.col').forEach(function(c){"
+                "out[c.dataset.state]=Array.from(c.querySelectorAll('.card'))"
+                ".map(function(x){return x.dataset.task})});return out;")
+    assert cols["in_progress"] == ["1"] and cols["review"] == ["4"]
+    assert sorted(cols["pending"]) == ["2", "6"]
+    # the hostile title is text on the page, not a script that ran
+    assert "<script>alert(1)</script>" in b.js("return document.body.innerText")
+
+
+def test_a_cli_send_shows_without_a_reload(site, tmp_path):
+    h, s, b = site
+    b.go(s.url + "/r/lobby")
+    b.js("window.notReloaded = true")
+    assert until(lambda: b.js("return window.gitdropEvents && window.gitdropEvents.readyState"
+                              " === 1"), 5), "the event stream did not open"
+    Gitdrop(h.path, str(tmp_path), agent="core/kai").ok("send", "core/juno", "-m",
+                                                         "seen live in the page")
+    sent = time.monotonic()
+    shown = until(lambda: "seen live in the page" in b.js(
+        "var t=document.getElementById('events');return t?t.innerText:''"), 3)
+    took = time.monotonic() - sent
+    assert shown, "the message never showed"
+    assert took < 1.0, f"it took {took:.2f} s"
+    assert b.js("return window.notReloaded === true")
+
+
+def test_screenshots_of_the_main_pages(site, tmp_path):
+    h, s, b = site
+    shots = []
+    for name, path in (("rooms", "/"), ("board", "/r/lobby"), ("task", "/r/lobby/t/1"),
+                       ("agent", "/r/lobby/a/core/spartan"), ("log", "/r/lobby/log"),
+                       ("charts", "/r/lobby/charts")):
+        b.go(s.url + path)
+        assert b.js("return document.readyState") == "complete"
+        shots.append(b.shot(str(tmp_path / f"web-{name}.png")))
+    for p in shots:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.getsize(p) > 5000
+        print("screenshot:", p)
