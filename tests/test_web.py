@@ -123,7 +123,9 @@ def test_the_board_shows_tasks_in_their_columns(web):
     assert cards(page, "review") == ["4"]
     assert cards(page, "completed") == ["5"]
     assert "(person)" in page and "ops/ada" in page
-    assert "EventSource" in page
+    assert '<script src="/board.js">' in page
+    with web.client() as c:
+        assert "EventSource" in c.get("/board.js").text
 
 
 def test_hostile_words_are_escaped(web):

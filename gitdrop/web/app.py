@@ -137,7 +137,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
 
     def html(text, status=200, headers=None):
         h = {"Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
-             "script-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+             "script-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
              "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
              "Cache-Control": "no-store"}
         h.update(headers or {})
@@ -321,6 +321,10 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         r = await b.call(do)
         return acted(request, f"/r/{pages.u(name)}/inbox", f"marked {r['unread']} read")
 
+    async def board_js(request):
+        return Response(pages.BOARD_JS, media_type="text/javascript",
+                        headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"})
+
     # --- live -------------------------------------------------------------------
     async def stream(request):
         name = request.path_params["room"]
@@ -428,6 +432,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
 
     routes = [
         Route("/", gate(index)),
+        Route("/board.js", board_js),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

@@ -148,16 +148,17 @@ def board_fragment(data: dict, csrf: str = "") -> str:
     return "".join(out)
 
 
-LIVE_JS = """<script>
-(function(){var busy=false,again=false;
+BOARD_JS = """(function(){var busy=false,again=false;
 function refresh(){if(busy){again=true;return}busy=true;
 fetch(location.pathname.replace(/\\/$/,'')+'/fragment',{credentials:'same-origin'})
 .then(function(r){return r.ok?r.text():null}).then(function(t){
 if(t!==null){var b=document.getElementById('board');if(b){b.outerHTML=t}}
 busy=false;if(again){again=false;refresh()}}).catch(function(){busy=false})}
 var es=new EventSource(location.pathname.replace(/\\/$/,'')+'/events');window.gitdropEvents=es;
+var opened=false;es.addEventListener('open',function(){if(opened){refresh()}opened=true});
 es.addEventListener('commit',refresh);})();
-</script>"""
+"""
+LIVE_JS = '<script src="/board.js"></script>'
 
 
 def board(data: dict, user: str, csrf: str, human: bool = False, err=None, ok: str = "") -> str:
