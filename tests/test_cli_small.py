@@ -26,8 +26,10 @@ def gd(hub, tmp_path):
 def test_help_shows_metavars_not_python_types(gd):
     pages = [("--help",)] + [(c, "--help") for c in COMMANDS] + \
         [(g, s, "--help") for g, subs in GROUPS.items() for s in subs]
-    for args in pages:
-        out = gd.ok(*args, env={"COLUMNS": "200"}).out
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(4) as pool:   # one process per page: several at once
+        outs = list(pool.map(lambda args: gd.ok(*args, env={"COLUMNS": "200"}).out, pages))
+    for args, out in zip(pages, outs):
         assert not re.search(r"<(bool|str|int|float|list)", out), (args, out)
         usage = next(x for x in out.splitlines() if "Usage:" in x)
         assert "{" not in usage, (args, usage)
