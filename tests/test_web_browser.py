@@ -1,6 +1,7 @@
 """The web board in a real browser: headless Chromium driven through chromedriver
 (WebDriver over HTTP). The board renders its tasks; a CLI send shows on the open
-page without a reload; screenshots of the main pages are saved. Skipped where
+page without a reload; a person logs in and approves (the commit is theirs), and a
+refusal shows its rule; screenshots of the main pages are saved. Skipped where
 Chromium or chromedriver is not installed (.ci/setup.d/30-chromium.sh installs
 them)."""
 
@@ -138,3 +139,40 @@ def test_screenshots_of_the_main_pages(site, tmp_path):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
         assert os.path.getsize(p) > 5000
         print("screenshot:", p)
+
+
+def _log_in(b, url, token):
+    b.go(url + "/login")
+    b.js("document.querySelector('input[name=token]').value = arguments[0];"
+         "document.querySelector('form[action=\"/login\"]').submit();", token)
+    assert until(lambda: "/login" not in b.js("return location.pathname"), 5), "no login"
+
+
+def _click(b, action):
+    """Submit the page's form that posts to `action` (a path ending), as a click would."""
+    b.js("var a=arguments[0];var f=Array.from(document.forms).find(function(f){"
+         "return (f.getAttribute('action')||'').endsWith(a)});"
+         "f.querySelector('button').click();", action)
+
+
+def test_a_person_logs_in_approves_and_a_refusal_shows_the_rule(site):
+    from gitdrop import tokens
+    h, s, b = site
+    # kai is not the reviewer of task 4: the page says which rule refused it
+    _log_in(b, s.url, tokens.mint(h.path, "core/kai"))
+    b.go(s.url + "/r/lobby/t/4")
+    _click(b, "/approve")
+    assert until(lambda: b.js("var r=document.getElementById('refusal');"
+                              "return r?r.innerText:''"), 5)
+    text = b.js("return document.getElementById('refusal').innerText")
+    assert "refused by rule task-state-machine" in text, text
+    assert h.room("lobby").task("4")["state"] == "review"
+    # the reviewer logs in and approves: the commit is theirs
+    b.js("document.cookie.split(';').forEach(function(c){document.cookie="
+         "c.split('=')[0]+'=;expires=Thu, 01 Jan 1970 00:00:00 GMT;path=/'})")
+    _log_in(b, s.url, tokens.mint(h.path, "core/juno"))
+    b.go(s.url + "/r/lobby/t/4")
+    _click(b, "/approve")
+    assert until(lambda: h.room("lobby").task("4")["state"] == "completed", 5)
+    last = h.room("lobby").log(1)[0]
+    assert (last["op"], last["author"]) == ("task-approve", "core/juno")
