@@ -442,6 +442,10 @@ class Room:
         me = view.agent(agent)
         evs = self._events_since(view, me["cursor"], agent, moving=not peek)
         shown = evs[:limit] if limit else evs
+        for e in shown:   # a person's word, not another program's (register --human)
+            sender = view.agent(e["from"]) if e["op"] == "send" else None
+            if sender is not None and sender["human"]:
+                e["person"] = True
         remaining = len(evs) - len(shown)
         result = {"agent": agent, "messages": shown, "remaining": remaining,
                   "unread": len(evs)}

@@ -86,3 +86,24 @@ def test_the_mcp_send_answer_carries_the_hint(tmp_path):
             r = await juno.ok("send", to_agent="spartan", message="hi")
             assert "hints" not in r
     anyio.run(go)
+
+
+def test_a_person_s_message_is_marked_as_theirs(hub, team):
+    team.register("ops/ada", human=True)
+    team.send("ops/ada", ["spartan"], "a person here: stop the deploy")
+    team.inbox("core/juno")     # a lead reads every message of the room before sending
+    team.send("core/juno", ["spartan"], "and a program")
+    got = team.inbox("core/spartan", peek=True)["messages"]
+    assert [(m["from"], m.get("person", False)) for m in got] == \
+        [("ops/ada", True), ("core/juno", False)]
+    env = dict(os.environ, GITDROP_HUB=hub.path, GITDROP_ROOM="lobby",
+               GITDROP_AGENT="core/spartan", NO_COLOR="1")
+    p = subprocess.run([sys.executable, "-m", "gitdrop.cli.main", "inbox", "--peek"],
+                       env=env, capture_output=True, text=True)
+    assert "ada (person) → you" in p.stdout and "juno → you" in p.stdout, p.stdout
+
+    async def go():
+        async with stdio_agent(hub.path, "core/spartan", "auto") as spartan:
+            msgs = (await spartan.ok("check_inbox"))["messages"]
+            assert [m.get("person") for m in msgs] == [True, None]
+    anyio.run(go)

@@ -170,7 +170,8 @@ def _event_line(ev: dict) -> str:
     when = ago(ev["time"])
     who = ev["from"].rpartition("/")[2]
     if ev["op"] == "send":
-        head = f"{paint(who, 'bold')} → {VIA.get(ev.get('via'), ev.get('via', ''))}"
+        head = (f"{paint(who, 'bold')}{' (person)' if ev.get('person') else ''} → "
+                f"{VIA.get(ev.get('via'), ev.get('via', ''))}")
         text = ev["text"].rstrip("\n").replace("\n", "\n    ")
         return f"{head}  {paint(when, 'dim')}\n    {text}"
     line = f"{paint('•', 'cyan')} {ev['subject']}  {paint(when, 'dim')}"

@@ -167,7 +167,8 @@ class Done(TypedDict):
 
 Message = TypedDict("Message", {
     "id": str, "op": str, "from": str, "to": list[str], "cc": list[str], "time": int,
-    "text": str, "task": str, "handshake": str, "via": str})
+    "text": str, "task": str, "handshake": str, "via": str,
+    "person": NotRequired[bool]})   # from a person (register --human), not a program
 
 
 class Sent(TypedDict):
@@ -345,7 +346,8 @@ def _message(ev: dict) -> Message:
         ev["subject"] + (f"\n\n{ev['text']}" if ev.get("text") else ""))
     return {"id": ev["id"], "op": ev["op"], "from": ev["from"], "to": ev["to"], "cc": ev["cc"],
             "time": ev["time"], "text": text, "task": str(ev.get("task") or ""),
-            "handshake": str(ev.get("handshake") or ""), "via": ev.get("via", "")}
+            "handshake": str(ev.get("handshake") or ""), "via": ev.get("via", ""),
+            **({"person": True} if ev.get("person") else {})}
 
 
 def _sent(r: dict) -> Sent:
@@ -931,10 +933,9 @@ class ToolBox:
 
     def room_settings(self, settings: dict[str, int] | None = None,
                       room_name: str = "") -> RoomSettings:
-        """A room's settings (loop_cap, loop_window, max_message, max_file, max_title,
-        max_tags, max_retries, clock_skew).
+        """A room's settings, by name (the answer lists them all).
 
-        settings: the ones to change (leads); none: read
+        settings: {name: number} to change (leads); none: read
         """
         by = self.me("", registered=False) if settings else ""
         r = self.hub.room_settings(room_name or self.room_name, by, settings or {})
