@@ -341,10 +341,11 @@ class Room:
         """A line for each agent among `ids` that looks dead (no act for HEALTH's last
         limit): it may not read a message soon. Cheap first (its last ping and the
         time of the commit its cursor points at), and a walk only for the doubtful."""
+        ids = [a for a in ids if model.is_agent_id(a)]   # not @team, all
+        if not ids:
+            return []
         view, now, out = self.view(), self.clock(), []
         for a in ids:
-            if not model.is_agent_id(a):
-                continue   # @team, all
             doc = view.agent(a)
             if doc is None:
                 continue
@@ -723,10 +724,12 @@ class Room:
         out.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
         return out
 
-    @staticmethod
-    def _headers(view) -> list[dict]:
-        """Every task's header (shared dicts: copy before changing one)."""
-        return taskindex.headers(view)
+    def task_headers(self, view: RoomView | None = None) -> list[dict]:
+        """Every task's header from the task index, cheaply: shared and possibly slim
+        dicts (read fields with [], copy with taskindex.full before changing one)."""
+        return taskindex.headers(view or self.view())
+
+    _headers = staticmethod(taskindex.headers)
 
     @staticmethod
     def _lookup(headers):

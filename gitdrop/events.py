@@ -85,17 +85,16 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
 
 def _dependents(reader, c: CommitData, tid: str) -> list[str]:
     """Who to wake when task `tid` completes: the assignees of the tasks waiting on
-    it that are now ready, and for an unassigned one everyone able to take it."""
-    from . import deps
+    it that are now ready, and for an unassigned one everyone able to take it. Read
+    from the task index: a room of 10,000 tasks is not parsed again per completion."""
+    from . import deps, taskindex
     from .view import RoomView
-    view = RoomView(reader, c.tree, c.oid)
-    tasks, out = deps.lookup(view), []
-    for other in view.task_ids():
-        t = tasks(other)
-        if t is None or tid not in t["after"] or t["state"] not in ("pending", "assigned") \
-                or deps.waiting_on(tasks, t):
-            continue
-        out.append(t["assignee"] if t["assignee"] else ABLE + ",".join(t["requires"]))
+    headers = taskindex.headers(RoomView(reader, c.tree, c.oid))
+    byid = {str(h["id"]): h for h in headers}
+    out = []
+    for t in deps.dependents(headers, tid):
+        if t["state"] in ("pending", "assigned") and not deps.waiting_on(byid.get, t):
+            out.append(t["assignee"] if t["assignee"] else ABLE + ",".join(t["requires"]))
     return list(dict.fromkeys(out))
 
 

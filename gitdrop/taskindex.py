@@ -24,8 +24,12 @@ def _git_dir(reader) -> str:
     return repo.path if repo is not None else getattr(reader, "_git_dir", "")
 
 
-def path_for(git_dir: str, room: str) -> str:
-    return os.path.join(git_dir, "gitdrop", "tasks", room + ".idx")
+def path_for(git_dir: str, room: str, ext: str = ".idx") -> str:
+    """The file of `room`'s index; "" for a name that is not a room name (room.toml's
+    name is the room's word: it never becomes a path unless it is a plain name)."""
+    if not room or model.NAME_RE.problem(room):
+        return ""
+    return os.path.join(git_dir, "gitdrop", "tasks", room + ext)
 
 
 def headers(view) -> list[dict]:
@@ -78,7 +82,7 @@ def ready_pool(view) -> tuple[list[dict], dict[str, str]]:
     if got is not None and got[0] == tree:
         return got[1], got[2]
     git_dir = _git_dir(reader)
-    path = os.path.join(git_dir, "gitdrop", "tasks", view.name + ".ready") if git_dir else ""
+    path = path_for(git_dir, view.name, ".ready") if git_dir else ""
     loaded = _load_pool(path, tree) if path else None
     if loaded is None:
         loaded = _pool(headers(view))
@@ -214,5 +218,5 @@ def _index(reader, room: str) -> _Index:
     got = _memo(reader, "_task_index")
     if room not in got:
         git_dir = _git_dir(reader)
-        got[room] = _Index(path_for(git_dir, room) if git_dir and room else "")
+        got[room] = _Index(path_for(git_dir, room) if git_dir else "")
     return got[room]

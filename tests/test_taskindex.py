@@ -116,3 +116,10 @@ def test_the_ready_pool_is_kept_by_the_tasks_tree_and_remade_after_a_change(hub,
     assert [t["id"] for t in _fresh_lean(hub.path).ready("core/spartan")] == [c]
     team.move_task("core/spartan", c, "submit", note="done")   # in review: in no pool
     assert [t["id"] for t in _fresh_lean(hub.path).ready("core/spartan")] == []
+
+
+def test_only_a_room_name_becomes_a_file_name(tmp_path):
+    assert taskindex.path_for(str(tmp_path), "lobby").endswith("/gitdrop/tasks/lobby.idx")
+    for bad in ("../../etc/x", "a/b", "", ".hidden.lock", "x\n"):
+        assert taskindex.path_for(str(tmp_path), bad) == ""
+    assert taskindex.path_for(str(tmp_path), "lobby", ".ready").endswith("lobby.ready")

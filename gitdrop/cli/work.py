@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .base import Scope, command, paint, split_list, sub_app, table
+from .base import Scope, ago, command, paint, split_list, sub_app, table
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -136,7 +136,7 @@ def feedback_list(s: Scope):
             print(f"no open questions in {s.room_name}")
             return
         table(["task", "asked by", "for", "waiting", "question"],
-              [(q["task"], q["asked_by"], q["for"], _ago(q["since"]), q["question"][:80])
+              [(q["task"], q["asked_by"], q["for"], ago(q["since"]), q["question"][:80])
                for q in qs])
     s.emit({"room": s.room_name, "questions": qs}, show)
 
@@ -149,7 +149,3 @@ def feedback_answer(s: Scope, task_id: Annotated[str, typer.Argument(
     r = s.room.move_task(s.agent, task_id, "answer", answer=text, note=text, key=s.key)
     s.emit(r, f"task {r['id']}: answered; back to {r['state']}")
 
-
-def _ago(t: int) -> str:
-    d = max(0, int(time.time()) - int(t or 0))
-    return f"{d} s" if d < 120 else f"{d // 60} min" if d < 7200 else f"{d // 3600} h"
