@@ -219,6 +219,40 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
                   f"{', '.join(r.get('waiting_for', []))}")
 
 
+@command(room_app, "export")
+def room_export(s: Scope, name: Annotated[str, typer.Argument(help="The room.")],
+                file: Annotated[str, typer.Argument(help="The bundle to write.")]):
+    """Write a room to one file (a git bundle): its whole history and the team
+    registry entries its teams need, for gitdrop room import on another hub."""
+    from ..bundle import export
+    if hasattr(s.hub.store, "refresh"):
+        s.hub.store.refresh(force=True)   # a remote hub: its newest state
+    r = export(s.hub.store, name, file)
+    s.emit(r, f"room {name} (tip {short_id(r['tip'])}, teams: {', '.join(r['teams']) or 'none'}) "
+              f"written to {r['file']}\nnext: gitdrop --hub OTHER room import {file}")
+
+
+@command(room_app, "import")
+def room_import(s: Scope, file: Annotated[str, typer.Argument(
+        help="A bundle written by gitdrop room export.")]):
+    """Bring a room from a bundle into this hub: its teams are registered and its
+    commits judged by the rules first; nothing is written unless all are accepted.
+    Over an existing room only a history that extends it is taken."""
+    from ..bundle import import_room
+    if getattr(s.hub, "url", ""):
+        raise UsageError("a room is imported on the hub's machine: it moves a room's ref, "
+                         "which a push may not do", f"copy {file} there and run gitdrop "
+                         f"--hub /path/to/hub.git room import {file}")
+    r = import_room(s.hub, file)
+    if r["up_to_date"]:
+        s.emit(r, f"room {r['room']} is already at {short_id(r['tip'])}; nothing to import")
+        return
+    s.emit(r, f"room {r['room']} imported: {r['commits']} commits "
+              + ("added to its history" if r["extended"] else "checked and accepted")
+              + (f"; teams registered: {', '.join(r['teams'])}" if r["teams"] else "")
+              + f"\nnext: gitdrop verify {r['room']}")
+
+
 # --- upkeep -----------------------------------------------------------------------
 
 @command(app, "reap")
