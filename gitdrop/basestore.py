@@ -10,9 +10,10 @@ short command need not pay for importing pygit2.
 import random
 import time
 
-from . import model, rules
+from . import model, rules, writequeue
 from .errors import Conflict, GitdropError, NotFound
 from .view import CommitData, RoomView
+from .writequeue import Turn
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 TREE_MODE, BLOB_MODE = 0o040000, 0o100644
@@ -103,30 +104,42 @@ class BaseStore:
 
     def _write_all(self, ref, ops, now, check, tries, raise_first):
         room = ref.rpartition("/")[2]
-        for attempt in range(tries):
-            if attempt:  # lost a race: let the winner finish (its lock, its fsync)
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
-            start = tip = self.tip(ref)
-            w = self._writer()
-            out, why = [], ""
-            for build, author in ops:
-                try:
-                    oid, result, op = self._one(room, tip, build, author, now, check, w)
-                except GitdropError as e:
-                    if raise_first:
-                        raise
-                    out.append(e)
-                    continue
-                if oid != tip:
-                    tip, why = oid, why or op
-                out.append((oid, result))
-            moved = tip == start or self._cas(ref, start, tip, why or "write", w)
-            if moved:
-                if tip == start or self.publish is None or self.publish(ref, start, tip):
-                    memo = getattr(self.reader, "_walks", None)
-                    if memo:
-                        memo.flush()
-                    return out
+        synced = []
+        try:
+            with Turn(self.path, ref):
+                for attempt in range(tries):
+                    if attempt:  # lost a race to git itself (a push): let it finish
+                        writequeue.STATS["retries"] += 1
+                        time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+                    start = tip = self.tip(ref)
+                    w = self._writer()
+                    if w is not None:
+                        w.defer_sync = True
+                        synced.append(w)
+                    out, why = [], ""
+                    for build, author in ops:
+                        try:
+                            oid, result, op = self._one(room, tip, build, author, now, check, w)
+                        except GitdropError as e:
+                            if raise_first:
+                                raise
+                            out.append(e)
+                            continue
+                        if oid != tip:
+                            tip, why = oid, why or op
+                        out.append((oid, result))
+                    moved = tip == start or self._cas(ref, start, tip, why or "write", w)
+                    if moved:
+                        if tip == start or self.publish is None or self.publish(ref, start, tip):
+                            memo = getattr(self.reader, "_walks", None)
+                            if memo:
+                                memo.flush()
+                            writequeue.STATS["writes"] += 1
+                            return out
+        finally:
+            # After the turn: the next writer builds while this one's record syncs.
+            for w in synced:
+                w.sync()
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
 

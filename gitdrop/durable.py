@@ -68,6 +68,10 @@ class Writer:
         self.pending: list = []              # (kind, oid, loose bytes) not yet in files
         self.named: list[str] = []           # object files this writer made (wal)
         self.new_dirs: set[str] = set()      # object directories made (fsync)
+        # Group commit (set by the write loop): a ref moves before its record is
+        # synced, and sync() makes it durable once the room's queue is let go.
+        self.defer_sync = False
+        self.unsynced: int | None = None     # the last record's seq, not yet synced
 
     # --- objects --------------------------------------------------------------
     def write(self, kind: str, data: bytes) -> str:
@@ -148,6 +152,13 @@ class Writer:
         for d in self.new_dirs:
             _fsync_path(os.path.dirname(d))
 
+    def sync(self) -> None:
+        """Make the refs this writer moved with a deferred sync durable (one
+        fdatasync, often shared with the writers queued behind it)."""
+        if self.unsynced is not None:
+            self.log.sync_through(self.unsynced)
+            self.unsynced = None
+
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:
         return read_ref(self.git_dir, ref)
@@ -172,10 +183,15 @@ class Writer:
             os.write(fd, new.encode() + b"\n")
             if self.log is not None:
                 try:
+                    # The loose files go first: once the ref moves, readers open them.
+                    self.settle()
+                    deferred = self.defer_sync
                     with self.log.append([(ref, expected, new)], self.logged.items(),
-                                         self.settle if self.pending else None):
+                                         sync=not deferred) as rec:
                         _into_place(lock, path)
                     lock = ""
+                    if deferred:
+                        self.unsynced = rec.seq
                     return True
                 except wal.TooBig:
                     self.settle()

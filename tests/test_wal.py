@@ -10,13 +10,14 @@ import sys
 import pytest
 
 from gitdrop import durable, fmt, hub as hubmod, wal
+from gitdrop.writequeue import Turn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _git(path, *args):
+def _git(path, *args, input=None, env=None):
     return subprocess.run(["git", "--git-dir", str(path), *args], capture_output=True,
-                          text=True)
+                          text=True, input=input, env=None if env is None else {**os.environ, **env})
 
 
 def _fsck(path):
@@ -149,26 +150,32 @@ def test_a_failed_ref_move_takes_its_record_back(tmp_path):
     assert hubmod.Hub(path).room("r").inbox("t/bob")["messages"][0]["text"] == "after"
 
 
-def test_loose_files_are_written_while_the_log_syncs(tmp_path, monkeypatch):
-    """A write's loose files go to disk on a helper thread while the writer's thread
-    syncs the log; the ref moves only when both are done, and if the files fail
-    the record is taken back and the ref stays."""
+def test_group_commit_syncs_after_the_turn_and_objects_come_first(tmp_path, monkeypatch):
+    """A write's loose files are in place before its ref moves (readers open them at
+    once); its record is synced after its turn in line, before the call returns,
+    and one sync may cover the records of writers that came through meanwhile. If
+    the files fail, the record is taken back and the ref stays."""
     h, r = _hub(tmp_path)
     path = h.store.path
     log = wal.for_hub(path)
-    syncs, files = [], []
-    real_sync, real_put = os.fdatasync, durable.Writer._put
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(wal._thread.get_ident()),
-                                                     real_sync(fd))[1])
-    monkeypatch.setattr(durable.Writer, "_put", lambda *a: (
-        files.append(wal._thread.get_ident()), real_put(*a))[1])
+    events = []
+    real_sync, real_put, real_exit = os.fdatasync, durable.Writer._put, Turn.__exit__
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (events.append("sync"), real_sync(fd))[1])
+    monkeypatch.setattr(durable.Writer, "_put", lambda *a: (events.append("file"),
+                                                            real_put(*a))[1])
+    monkeypatch.setattr(Turn, "__exit__", lambda *a: (events.append("turn over"),
+                                                      real_exit(*a))[1])
     done = r.send("t/ann", "t/bob", "while syncing")
-    me = wal._thread.get_ident()
-    assert syncs == [me]                                    # the sync ran here
-    assert files and me not in files                        # the files elsewhere
     monkeypatch.undo()
+    assert events == ["file", "turn over", "sync"], events
+    assert log._synced() > log.records()[0][-1][0]          # its record is durable
     assert os.path.exists(_obj(path, done["commit"])) and h.store.room_tip("r") == done["commit"]
     before, tip = log.records()[0], h.store.room_tip("r")
+    # A record another writer already synced past needs no sync of its own.
+    monkeypatch.setattr(os, "fdatasync", lambda fd: events.append("second sync"))
+    log.sync_through(log.records()[0][-1][0])
+    monkeypatch.undo()
+    assert "second sync" not in events
 
     def full(*_a):
         raise OSError(28, "No space left on device")
@@ -182,6 +189,37 @@ def test_loose_files_are_written_while_the_log_syncs(tmp_path, monkeypatch):
     got = hubmod.Hub(path).room("r").inbox("t/bob")["messages"]
     assert [m["text"] for m in got] == ["while syncing"]
     _fsck(path)
+
+
+@pytest.mark.parametrize("files", ["whole", "blob lost", "commit lost"])
+def test_a_ref_moved_before_its_record_was_synced_is_kept_only_if_whole(tmp_path, files):
+    """Group commit moves a ref a moment before its record is synced. A crash in
+    that moment leaves the ref naming a commit no record holds: kept if every
+    object of it reached the device, else put back on the last logged write (which
+    holds every acknowledged one)."""
+    h, r = _hub(tmp_path)
+    path = str(h.store.path)
+    acked = r.send("t/ann", "t/bob", "acknowledged")["commit"]
+    blob = _git(path, "hash-object", "-w", "--stdin", input="lost in the crash\n").stdout.strip()
+    base_tree = _git(path, "rev-parse", acked + "^{tree}").stdout.strip()
+    listing = _git(path, "ls-tree", base_tree).stdout + f"100644 blob {blob}\tnote.md\n"
+    tree = _git(path, "mktree", input=listing).stdout.strip()
+    unlogged = _git(path, "commit-tree", tree, "-p", acked, "-m", "t/ann: note",
+                    env={"GIT_AUTHOR_NAME": "t/ann", "GIT_AUTHOR_EMAIL": "ann@t.gitdrop",
+                         "GIT_COMMITTER_NAME": "t/ann",
+                         "GIT_COMMITTER_EMAIL": "ann@t.gitdrop"}).stdout.strip()
+    ref = os.path.join(path, h.store.room_ref("r"))
+    with open(ref, "w") as f:          # the ref moved; its record never reached the device
+        f.write(unlogged + "\n")
+    if files == "blob lost":
+        _lose(path, blob, "zeroed")
+    elif files == "commit lost":
+        _lose(path, unlogged, "missing")
+    _reboot(path)
+    tip = hubmod.Hub(path).store.room_tip("r")
+    assert tip == (unlogged if files == "whole" else acked)
+    if files != "blob lost":
+        _fsck(path)
 
 
 def test_laps_and_a_record_too_big_for_the_log(tmp_path):
