@@ -98,10 +98,42 @@ def who(s: Scope):
 
 
 @command(app, "status")
-def status(s: Scope, text: Annotated[str, typer.Argument(help="What you are doing.")]):
-    """Set your status line (others see it in gitdrop who)."""
-    r = s.room.set_status(s.agent, text)
-    s.emit(r, f"{r['agent']} is {text}")
+def status(s: Scope, text: Annotated[Optional[str], typer.Argument(
+        help="What you are doing. None: show your status and the offline queue.",
+        show_default=False)] = None):
+    """Set your status line (others see it in gitdrop who); without TEXT, show it and
+    the writes queued for a remote hub that was unreachable (gitdrop sync sends them)."""
+    if text is not None:
+        r = s.room.set_status(s.agent, text)
+        s.emit(r, f"{r['agent']} is {text}")
+        return
+    from .sync import entry_line
+    store = s.hub.store
+    me = None
+    if s.agent_value:
+        me = next((a for a in s.room.who() if a["agent"] == s.agent_value), None)
+    queue = store.queue.entries() if hasattr(store, "queue") else None
+    oldest = min((e["queued"] for e in queue or []), default=0)
+    doc = {"agent": s.agent_value, "status": me, "hub": getattr(s.hub, "url", s.hub.path),
+           "offline": bool(getattr(store, "unreachable", False)), "queue": queue or [],
+           "oldest": oldest}
+
+    def show():
+        if me is not None:
+            print(f"{me['agent']}: {me.get('status') or '(no status)'} ({me.get('health', '')})")
+        elif s.agent_value:
+            print(f"{s.agent_value} is not registered in {s.room_name}")
+        if queue is None:
+            print("no offline queue: this hub is on this machine")
+        elif not queue:
+            print(f"offline queue for {doc['hub']}: empty (every write is on the hub)")
+        else:
+            print(f"offline queue for {doc['hub']}: {len(queue)} write(s), oldest queued "
+                  f"{ago(oldest)}" + (" (the hub is unreachable now)" if doc["offline"] else ""))
+            for e in queue:
+                print("  " + entry_line(e))
+            print("next: gitdrop sync")
+    s.emit(doc, show)
 
 
 @command(app, "ping")

@@ -45,6 +45,7 @@ COMMANDS = {
     "reap": ("hub", False, "Hub"),
     "verify": ("hub", False, "Hub"),
     "repair": ("repair", False, "Hub"),
+    "sync": ("sync", False, "Hub"),
     "watch": ("tools", False, "Live"),
     "wait": ("tools", False, "Live"),
     "serve": ("tools", False, "Live"),

@@ -337,9 +337,15 @@ class ToolCalls:
         except BadArgument as e:
             return _error(f"Error executing tool {name}: {e}\nNext: call {name} with "
                           f"the parameters of its input schema ({', '.join(checks.names)})")
+        take = getattr(getattr(self.box.hub, "store", None), "take_queued", None)
+        if take:
+            take()   # this call's queued writes only (a remote hub that was unreachable)
         try:
             self.box.authorize(name)
             result = fn(**kw)
+            queued = take() if take else []
+            if queued and isinstance(result, dict):
+                result = dict(result, queued=True, note=self.box.hub.store.queued_note(queued))
         except GitdropError as e:
             return _error(f"Error executing tool {name}: {mcp_tools.render_error(e)}")
         except Exception:

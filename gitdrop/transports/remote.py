@@ -6,23 +6,42 @@ checked locally, moved there with CAS, then pushed. The remote hub's hook has th
 last word: a push that lost a race is redone on the fetched tip (so a claim of a
 just-claimed task fails naming the winner), and a refusal by the hook comes back
 as the same Refusal while the local ref is put back.
+
+A push that loses a race is retried with exponential backoff and full jitter for
+a bounded time (GITDROP_RACE_SECONDS) before a Conflict. With GITDROP_OFFLINE=queue
+a write the hub cannot take (unreachable) stays in the mirror, queued
+(transports/queue.py), and reads fall back to the mirror; `sync` pushes the queue
+in order, each write rebased onto the hub's tip and checked again.
 """
 
 import hashlib
 import math
 import os
+import random
 import re
+import threading
 import time
 
 from .. import model
-from ..errors import GitdropError, NotFound, Refusal, UsageError
+from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from ..hub import Hub
 from ..store import Store
+from .queue import Queue
 
 # A read fetches unless the mirror was refreshed this recently (seconds): one verb
 # reads several times, and a write that raced is re-done on a fresh fetch anyway.
 FRESH = float(os.environ.get("GITDROP_REMOTE_FRESH", "1.0"))
 REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*")
+# Where sync reads the hub's tips, leaving the mirror's refs (and the queued
+# writes on them, which reads show) alone until each write has landed.
+HUB_TIPS = "refs/gitdrop/tips/"
+# A lost push race: retried after a sleep drawn from [0, min(CAP, BASE * 2**n)]
+# (full jitter: racing writers spread out instead of colliding again) until
+# RACE_SECONDS have passed.
+RACE_SECONDS = float(os.environ.get("GITDROP_RACE_SECONDS", "8"))
+BACKOFF_BASE, BACKOFF_CAP = 0.05, 1.0
+# Re-dated at sync when older than this: the hub takes commits dated near its clock.
+REDATE_AFTER = 60
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
 
@@ -79,23 +98,40 @@ def parse_refusal(stderr: str) -> Refusal | None:
     return None
 
 
+def offline_default() -> bool:
+    """GITDROP_OFFLINE=queue: keep working while the hub is unreachable."""
+    return os.environ.get("GITDROP_OFFLINE", "").strip().lower() == "queue"
+
+
 class RemoteStore(Store):
     """A Store over a local mirror whose every accepted write is pushed to `url`."""
 
-    def __init__(self, url: str, mirror: str, fresh: float = FRESH):
-        import threading
+    def __init__(self, url: str, mirror: str, fresh: float = FRESH, offline=None):
         self.url = url
         self.fresh = fresh
+        self.offline = offline_default() if offline is None else offline
         self.lost_races = 0   # pushes redone because someone else wrote first
+        self.backoff = 0.0    # seconds slept before those retries
+        self.unreachable = False   # a read fell back to the mirror
         self._fetched = -math.inf
         self._mutex = threading.RLock()
         self._depth = 0
         self._lockf = None
+        self._local = threading.local()   # per thread: the write under way, what it queued
         _make_mirror(mirror, url)
         super().__init__(mirror)
+        self.queue = Queue(self.repo)
         self.publish = self._publish
-        self.refresh(force=True)
-        if not self.tip(model.HUB_REF) and not self.rooms():
+        with self.locked():
+            try:
+                self._fetch()
+            except Unreachable:
+                if not (self.offline or self.queue.entries()) or (
+                        not self.tip(model.HUB_REF) and not self.rooms(fetch=False)):
+                    raise   # not working offline, or never fetched: nothing to work from
+                self.unreachable = True
+                self._fetched = time.monotonic()
+        if not self.tip(model.HUB_REF) and not self.rooms(fetch=False):
             raise NotFound(f"no gitdrop hub at {public_url(url)} (it has no hub branch "
                            "and no rooms)", "create it on its machine with gitdrop init PATH")
 
@@ -111,19 +147,29 @@ class RemoteStore(Store):
                               "check the network and the server") from None
 
     def refresh(self, force: bool = False) -> None:
-        """Fetch the hub's refs into the mirror (unless it was fetched just now)."""
+        """Fetch the hub's refs into the mirror (unless it was fetched just now).
+        Working offline, an unreachable hub leaves the mirror as it is."""
         if not force and time.monotonic() - self._fetched < self.fresh:
             return
         with self.locked():
-            self._fetch()
+            try:
+                self._fetch()
+                self.unreachable = False
+            except Unreachable:
+                if not (self.offline or self.queue.entries()):
+                    raise
+                self.unreachable = True
+                self._fetched = time.monotonic()   # not again for every read of this verb
 
-    def _fetch(self) -> None:
+    def _fetch(self, refspecs=REFSPECS) -> None:
+        # A ref with writes still queued keeps them: the fetch leaves it alone.
+        keep = sorted({"^" + e["ref"] for e in self.queue.pending()})
         p = self._git("fetch", "--prune", "--quiet", "--no-tags", "--no-write-fetch-head",
-                      self.url, *REFSPECS)
+                      self.url, *refspecs, *(keep if refspecs == REFSPECS else ()))
         if p.returncode != 0:
             raise Unreachable(f"cannot fetch from {public_url(self.url)}: "
-                              f"{_last_lines(p.stderr)}",
-                              "check the URL, your credentials and that the hub exists")
+                              f"{_last_lines(p.stderr)}", "check the URL, your credentials "
+                              "and that the hub exists" + _OFFLINE_HINT * (not self.offline))
         self._fetched = time.monotonic()
 
     def _push(self, ref: str, new: str) -> tuple[str, str]:
@@ -145,27 +191,84 @@ class RemoteStore(Store):
 
     # --- the Store extension point ------------------------------------------------
     def _publish(self, ref: str, old: str, new: str) -> bool:
+        if self.queue.pending():   # the order is kept: behind the writes waiting
+            return self._enqueue(ref, old, new)
         status, err = self._push(ref, new)
         if status == "ok":
             return True
         if status == "stale":
-            self.lost_races += 1
             try:
+                self._lost_race(ref)
                 self._fetch()   # the forced refspec replaces our commit with the winner's
             except GitdropError:
                 self._undo(ref, old, new)
                 raise
             return False
+        if status == "failed" and self.offline:
+            # Kept: it may even have landed (an answer lost); sync finds out.
+            self.unreachable = True
+            return self._enqueue(ref, old, new)
         self._undo(ref, old, new)
         if status == "refused":
-            refusal = parse_refusal(err) or Refusal(
-                "remote-refused", f"{public_url(self.url)} refused the push: "
-                f"{_last_lines(err)}", "read the server's message; fix the commit and retry")
-            refusal.from_hub = True
-            raise refusal
+            raise self._refusal(err)
         self._fetched = -math.inf   # it may have landed: the next read (a retry's) fetches
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
-                          "check the URL, your credentials and that the hub exists")
+                          "check the URL, your credentials and that the hub exists"
+                          + _OFFLINE_HINT)
+
+    def _refusal(self, err: str) -> Refusal:
+        refusal = parse_refusal(err) or Refusal(
+            "remote-refused", f"{public_url(self.url)} refused the push: "
+            f"{_last_lines(err)}", "read the server's message; fix the commit and retry")
+        refusal.from_hub = True
+        return refusal
+
+    def _lost_race(self, ref: str) -> None:
+        """Count a lost push race and sleep before the retry (exponential backoff,
+        full jitter); past RACE_SECONDS since the write began, a Conflict."""
+        self.lost_races += 1
+        race = getattr(self._local, "race", None)
+        if race is None:
+            race = self._local.race = [time.monotonic(), 0]
+        race[1] += 1
+        spent = time.monotonic() - race[0]
+        if spent >= RACE_SECONDS:
+            raise Conflict(f"{ref} on {public_url(self.url)} kept moving: {race[1]} pushes "
+                           f"lost the race to other writers in {spent:.1f}s; nothing of "
+                           "yours was written", "the room is busy: run the same command "
+                           "again in a few seconds (it is rebuilt on the newest state)")
+        pause = min(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** race[1])),
+                    RACE_SECONDS - spent)
+        self.backoff += pause
+        time.sleep(pause)
+
+    def _enqueue(self, ref: str, old: str, new: str) -> bool:
+        c = self.reader.commit(new)
+        entry = self.queue.add(ref, new, old, c.author, c.subject)
+        self.taken().append(entry)
+        return True
+
+    def taken(self) -> list:
+        """The writes this thread queued (instead of pushing) since take_queued."""
+        if not hasattr(self._local, "queued"):
+            self._local.queued = []
+        return self._local.queued
+
+    def take_queued(self) -> list[dict]:
+        """The writes this thread queued since the last call (a face says so)."""
+        out, self._local.queued = self.taken(), []
+        return out
+
+    def queued_note(self, entries: list[dict]) -> str:
+        """What a face tells the writer whose write was queued."""
+        waiting = len(self.queue.pending())
+        ids = ", ".join(f"#{e['id']}" for e in entries)
+        why = (f"{public_url(self.url)} cannot be reached" if self.unreachable or
+               waiting == len(entries) else f"{waiting - len(entries)} earlier write(s) "
+               "wait before it")
+        return (f"QUEUED, not yet on the hub: {why}, so write {ids} waits in the offline "
+                f"queue ({waiting} waiting). Run gitdrop sync to send the queue "
+                "(gitdrop status shows it); until then others do not see it.")
 
     def _undo(self, ref: str, old: str, new: str) -> None:
         """Put the mirror's ref back where it was, if it still holds our commit."""
@@ -185,34 +288,170 @@ class RemoteStore(Store):
         """Store.write under the mirror's lock. A refusal or not-found built on a
         mirror older than this write is checked again on a fresh fetch: only the
         hub's latest state may refuse (the hook's own verdict is final)."""
-        with self.locked():
+        if len(args) < 3:   # the time budget bounds the retries, not a count
+            kwargs.setdefault("tries", 10_000)
+        with self.locked(), self._race():
             start = time.monotonic()
             try:
                 return super().write(ref, build, author, *args, **kwargs)
             except (Refusal, NotFound) as e:
-                if getattr(e, "from_hub", False) or self._fetched >= start:
+                if getattr(e, "from_hub", False) or self._fetched >= start or \
+                        self.queue.pending():
                     raise
-            self._fetch()
+                try:
+                    self._fetch()
+                except Unreachable:
+                    if self.offline:
+                        raise e from None   # nothing fresher to judge it by
+                    raise
             return super().write(ref, build, author, *args, **kwargs)
 
     def write_many(self, ref, ops, *args, **kwargs):
-        with self.locked():
+        if len(args) < 3:
+            kwargs.setdefault("tries", 10_000)
+        with self.locked(), self._race():
             return super().write_many(ref, ops, *args, **kwargs)
+
+    def _race(self):
+        return _Race(self._local)
 
     # --- reads fetch first ----------------------------------------------------------
     def room_tip(self, room: str) -> str:
         self.refresh()
         return super().room_tip(room)
 
-    def rooms(self, prefix: str = model.ROOM_PREFIX) -> list[str]:
-        self.refresh()
+    def rooms(self, prefix: str = model.ROOM_PREFIX, fetch: bool = True) -> list[str]:
+        if fetch:
+            self.refresh()
         return super().rooms(prefix)
+
+    # --- the offline queue -----------------------------------------------------------
+    def sync(self, drop: int | None = None) -> dict:
+        """Push the queued writes in order, each rebased onto the hub's tip and
+        checked again. A refused one is marked (its rule, why, what to do) and left
+        for its owner; the others go through. `drop` removes one from the queue."""
+        with self.locked():
+            if drop is not None:
+                found = [e for e in self.queue.entries() if e["id"] == drop]
+                if not found:
+                    raise NotFound(f"no queued write #{drop}", "see the queue with "
+                                   "gitdrop status")
+                self.queue.remove(drop)
+                return {"dropped": found[0], "synced": [], "refused": [],
+                        "queued": self.queue.entries()}
+            self.queue.tidy()
+            entries = self.queue.entries()
+            synced, refused = [], []
+            if entries:
+                self._fetch((f"+refs/heads/*:{HUB_TIPS}*",))
+                tips = {}
+                for entry in entries:
+                    with self._race():
+                        outcome = self._sync_one(entry, tips)
+                    (synced if outcome == "synced" else refused).append(entry)
+            self._fetch()   # the mirror's refs: the hub's, with what landed
+            self.unreachable = False
+            return {"synced": synced, "refused": refused, "queued": self.queue.entries()}
+
+    def _sync_one(self, entry: dict, tips: dict) -> str:
+        ref = entry["ref"]
+        while True:
+            if ref not in tips:
+                tips[ref] = self.tip(HUB_TIPS + ref[len("refs/heads/"):])
+            tip = tips[ref]
+            if any(c and (c == tip or (tip and self.repo.descendant_of(tip, c)))
+                   for c in (entry["commit"], entry["pushing"])):
+                self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
+                return "synced"
+            try:
+                new = self._rebase(entry, tip)
+            except Refusal as e:
+                return self._mark_refused(entry, e)
+            entry["pushing"], entry["refused"] = new, None
+            self.queue.save(entry)   # before the push: a kill after it is found landed
+            status, err = self._push(ref, new)
+            if status == "ok":
+                tips[ref] = new
+                self.queue.remove(entry["id"])
+                return "synced"
+            if status == "refused":
+                return self._mark_refused(entry, self._refusal(err))
+            if status == "failed":
+                raise Unreachable(f"cannot push to {public_url(self.url)}: "
+                                  f"{_last_lines(err)}; write #{entry['id']} and those "
+                                  "after it are still queued",
+                                  "run gitdrop sync again when the hub is back")
+            self._lost_race(ref)
+            self._fetch((f"+refs/heads/*:{HUB_TIPS}*",))
+            tips.clear()
+
+    def _mark_refused(self, entry: dict, e: Refusal) -> str:
+        entry["refused"] = {"rule": e.rule, "reason": e.reason, "fix": e.fix,
+                            "commit": e.commit}
+        self.queue.save(entry)
+        return "refused"
+
+    def _rebase(self, entry: dict, onto: str) -> str:
+        """The queued commit as it would be made on `onto` now: its changes applied
+        file by file (a file changed on the hub since is a conflict), dated now,
+        then judged by the same checks the hub's hook runs."""
+        from ..verify import check_commits
+        r = self.reader
+        c = r.commit(entry["commit"])
+        now = int(time.time())
+        what = f"#{entry['id']} \"{c.subject[:60]}\""
+        clash = []
+        if onto == c.parent and now - c.time <= REDATE_AFTER:
+            new = c.oid
+        else:
+            base = r.commit(c.parent).tree if c.parent else None
+            at = r.commit(onto).tree if onto else None
+            changes = {}
+            for path, was, now_oid in r.diff(base, c.tree):
+                cur = r.blob_id(at, path) if at else None
+                if cur == now_oid:
+                    continue
+                if cur != was:
+                    clash.append(path)
+                changes[path] = r.blob_text(now_oid)
+            tree = self._tree_with(at, changes) if changes else (at or self._tree_with(None, {}))
+            new = self._native_commit(tree, [onto] if onto else [], c.author, c.email, now,
+                                      c.message)
+        try:   # a rule's verdict on the hub's state first: it says more than a clash
+            check_commits(r, entry["ref"], onto, new, now)
+        except Refusal as e:
+            e.commit = what
+            raise
+        if clash:
+            raise Refusal("sync-conflict", f"{', '.join(clash[:3])} changed on the hub after "
+                          f"write #{entry['id']} was queued; applied now it would undo that "
+                          "change", f"drop it (gitdrop sync --drop {entry['id']}) and do it "
+                          "again on the hub's current state", commit=what)
+        return new
 
     def move_ref(self, old_ref: str, new_ref: str) -> str:
         raise _hub_side("archive or restore a room")
 
     def delete_ref(self, ref: str) -> None:
         raise _hub_side("destroy a room")
+
+
+_OFFLINE_HINT = ("; to keep working while it is unreachable, set GITDROP_OFFLINE=queue "
+                 "(writes wait in a queue; gitdrop sync sends them)")
+
+
+class _Race:
+    """One write's lost races: when it began and how many (the backoff reads it)."""
+
+    def __init__(self, local):
+        self.local = local
+
+    def __enter__(self):
+        self.outer = getattr(self.local, "race", None)
+        self.local.race = [time.monotonic(), 0]
+
+    def __exit__(self, *exc):
+        self.local.race = self.outer
 
 
 class _MirrorLock:
@@ -243,9 +482,10 @@ class _MirrorLock:
 class RemoteHub(Hub):
     """gitdrop.hub.Hub for a hub behind a git URL: same methods, same rules."""
 
-    def __init__(self, url: str, cache: str = "", clock=None, fresh: float = FRESH):
+    def __init__(self, url: str, cache: str = "", clock=None, fresh: float = FRESH,
+                 offline=None):
         self.url = url
-        self.store = RemoteStore(url, mirror_path(url, cache), fresh)
+        self.store = RemoteStore(url, mirror_path(url, cache), fresh, offline)
         self.path = self.store.path   # the local mirror (a bare repository)
         self.clock = clock or (lambda: int(time.time()))
 

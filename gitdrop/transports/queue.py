@@ -1,0 +1,101 @@
+"""The offline queue of a remote hub's mirror: writes made while the hub could not
+be reached, in the order they were made, waiting for `gitdrop sync`.
+
+One JSON file per write (gitdrop-queue/NNNNNNNN.json, written to a temporary file,
+fsynced and renamed, so a killed process leaves the old file or the new one, never
+half of one) and a ref refs/gitdrop/queue/NNNNNNNN holding its commit, so that no
+clean-up of the mirror drops a commit still waiting. The file is the truth: a ref
+without a file (a process killed between the two) is cleared by the next sync.
+"""
+
+import json
+import os
+import time
+
+QUEUE_DIR = "gitdrop-queue"
+QUEUE_REFS = "refs/gitdrop/queue/"
+
+
+class Queue:
+    def __init__(self, repo):
+        self.repo = repo   # the mirror (pygit2.Repository)
+        self.dir = os.path.join(repo.path, QUEUE_DIR)
+
+    def entries(self) -> list[dict]:
+        """Every queued write, oldest first."""
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        out = []
+        for n in names:
+            try:
+                with open(os.path.join(self.dir, n)) as f:
+                    out.append(json.load(f))
+            except FileNotFoundError:   # synced or dropped by another process just now
+                continue
+        return out
+
+    def pending(self) -> list[dict]:
+        """Those still in line (not refused at a sync): later writes wait behind them."""
+        return [e for e in self.entries() if not e.get("refused")]
+
+    def add(self, ref: str, commit: str, parent: str, author: str, subject: str) -> dict:
+        import pygit2
+        os.makedirs(self.dir, exist_ok=True)
+        seq = max([e["id"] for e in self.entries()] + [self._last_ref()] + [0]) + 1
+        entry = {"id": seq, "ref": ref, "commit": commit, "parent": parent, "author": author,
+                 "subject": subject, "queued": int(time.time()), "pushing": "", "refused": None}
+        # the ref first: a file must never name a commit nothing keeps
+        self.repo.references.create(QUEUE_REFS + f"{seq:08d}", pygit2.Oid(hex=commit),
+                                    force=True)
+        self.save(entry)
+        return entry
+
+    def save(self, entry: dict) -> None:
+        path = os.path.join(self.dir, f"{entry['id']:08d}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(entry, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.dir)
+
+    def remove(self, entry_id: int) -> None:
+        try:
+            os.unlink(os.path.join(self.dir, f"{entry_id:08d}.json"))
+        except FileNotFoundError:
+            pass
+        _fsync_dir(self.dir)
+        self._drop_ref(entry_id)
+
+    def tidy(self) -> None:
+        """Clear refs whose file is gone (a process killed between the two)."""
+        ids = {e["id"] for e in self.entries()}
+        for name in list(self.repo.references):
+            if name.startswith(QUEUE_REFS) and name[len(QUEUE_REFS):].isdigit() and \
+                    int(name[len(QUEUE_REFS):]) not in ids:
+                self._drop_ref(int(name[len(QUEUE_REFS):]))
+
+    def _drop_ref(self, entry_id: int) -> None:
+        try:
+            self.repo.references.delete(QUEUE_REFS + f"{entry_id:08d}")
+        except KeyError:
+            pass
+
+    def _last_ref(self) -> int:
+        nums = [int(n[len(QUEUE_REFS):]) for n in self.repo.references
+                if n.startswith(QUEUE_REFS) and n[len(QUEUE_REFS):].isdigit()]
+        return max(nums, default=0)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

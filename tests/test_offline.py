@@ -1,0 +1,261 @@
+"""Working while a remote hub is unreachable: a real git daemon on 127.0.0.1 is
+stopped and started again. Writes are queued in the mirror (GITDROP_OFFLINE=queue),
+reads come from it, and `gitdrop sync` sends the queue in order, each write rebased
+onto the hub's tip and judged again; one refused is reported and left, the others
+land; a sync killed mid-way loses and doubles nothing. Also: lost push races are
+retried with backoff until a time budget, then a Conflict that says so."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gitdrop import hub as hubmod
+from gitdrop.errors import Conflict
+from gitdrop.transports import remote
+from gitdrop.transports.remote import RemoteHub, Unreachable
+
+from conftest import git
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Daemon:
+    """git daemon serving one hub, stopped and started on the same port."""
+
+    def __init__(self, base):
+        self.base = str(base)
+        self.hub = hubmod.init(os.path.join(self.base, "hub.git"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"git://127.0.0.1:{self.port}/hub.git"
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={self.port}",
+             f"--base-path={self.base}", "--export-all", "--enable=receive-pack", self.base],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("git daemon did not listen")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def served(tmp_path):
+    d = Daemon(tmp_path).start()
+    room = d.hub.room("lobby")
+    for who in ("core/juno", "core/spartan", "core/kai"):
+        room.register(who, ["lead"] if who == "core/juno" else [])
+    yield d
+    d.stop()
+
+
+def client(served, tmp_path, offline=True):
+    return RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0, offline=offline)
+
+
+def texts(hub, who="core/kai"):
+    return [m["text"] for m in hub.room("lobby").inbox(who, peek=True, limit=0)["messages"]
+            if m["op"] == "send"]
+
+
+def cli(served, tmp_path, *args, ok=True, env=None):
+    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_REMOTE_FRESH="0",
+             NO_COLOR="1", **(env or {}))
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "--json", *args],
+                       capture_output=True, text=True, cwd=ROOT, env=e)
+    assert (p.returncode == 0) is ok, (p.returncode, p.stdout, p.stderr)
+    return json.loads(p.stdout), p
+
+
+def test_unreachable_without_offline_mode_says_how_to_queue(served, tmp_path):
+    h = client(served, tmp_path, offline=False)
+    served.stop()
+    with pytest.raises(Unreachable) as e:
+        h.room("lobby").send("core/juno", "core/kai", "lost?")
+    assert "GITDROP_OFFLINE=queue" in e.value.fix
+    assert h.store.queue.entries() == []
+
+
+def test_writes_queue_offline_and_sync_in_order(served, tmp_path):
+    h = client(served, tmp_path)
+    tip = served.hub.store.room_tip("lobby")
+    served.stop()
+    lobby = h.room("lobby")
+    assert lobby.send("core/spartan", "core/kai", "one")["commit"]
+    assert lobby.send("core/spartan", "core/kai", "two")["commit"]
+    assert [e["subject"] for e in h.store.take_queued()] == [
+        s for s in [e["subject"] for e in h.store.queue.entries()]]
+    assert len(h.store.queue.pending()) == 2
+    assert texts(h) == ["one", "two"]                 # reads come from the mirror
+    assert served.hub.store.room_tip("lobby") == tip  # nothing reached the hub
+    served.start()
+    served.hub.room("lobby").send("core/juno", "core/kai", "meanwhile")
+    # a later write while the queue waits is queued too (the order is kept)
+    h.room("lobby").send("core/spartan", "core/kai", "three")
+    assert [e["id"] for e in h.store.take_queued()] == [3]
+    assert texts(served.hub) == ["meanwhile"]
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1, 2, 3] and r["refused"] == [] and not r["queued"]
+    assert texts(served.hub) == ["meanwhile", "one", "two", "three"]
+    assert [op for _, op in served.hub.verify("lobby")][-4:] == ["send"] * 4
+    assert h.store.tip("refs/heads/rooms/lobby") == served.hub.store.room_tip("lobby")
+    assert not [r for r in h.store.repo.references if r.startswith("refs/gitdrop/queue/")]
+    # back online, with an empty queue: writes go straight to the hub
+    h.room("lobby").send("core/spartan", "core/kai", "four")
+    assert h.store.take_queued() == [] and texts(served.hub)[-1] == "four"
+
+
+def test_one_refused_at_sync_is_reported_and_left(served, tmp_path):
+    tid = served.hub.room("lobby").create_task("core/juno", "the one task")["id"]
+    h = client(served, tmp_path)
+    served.stop()
+    lobby = h.room("lobby")
+    lobby.send("core/juno", "core/kai", "before")
+    lobby.move_task("core/spartan", tid, "claim")     # accepted by the mirror's state
+    lobby.send("core/juno", "core/kai", "after")
+    assert [e["id"] for e in h.store.take_queued()] == [1, 2, 3]
+    served.start()
+    served.hub.room("lobby").move_task("core/kai", tid, "claim")   # kai got there first
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1, 3]
+    [refused] = r["refused"]
+    assert refused["id"] == 2 and refused["refused"]["rule"] == "task-state-machine"
+    assert "core/kai" in refused["refused"]["reason"] and refused["refused"]["commit"]
+    assert texts(served.hub) == ["before", "after"]
+    assert served.hub.room("lobby").task(tid)["assignee"] == "core/kai"
+    # left for its owner: the status shows it, with the rule and how to drop it
+    doc, p = cli(served, tmp_path, "status", "--as", "core/spartan")
+    assert [e["id"] for e in doc["queue"]] == [2] and doc["queue"][0]["refused"]
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "status"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
+    assert "refused by rule task-state-machine" in p.stdout and "--drop 2" in p.stdout
+    # a refused write does not hold the line: the next write goes straight in
+    h.room("lobby").send("core/juno", "core/kai", "online")
+    assert h.store.take_queued() == [] and texts(served.hub)[-1] == "online"
+    # sync again: still refused (exit 3), then dropped
+    doc, p = cli(served, tmp_path, "sync", ok=False)
+    assert p.returncode == 3 and doc["refused"][0]["refused"]["rule"] == "task-state-machine"
+    doc, _ = cli(served, tmp_path, "sync", "--drop", "2")
+    assert doc["dropped"]["id"] == 2 and doc["queued"] == []
+    assert h.store.queue.entries() == []
+
+
+def test_offline_needs_a_mirror_made_while_the_hub_was_up(served, tmp_path):
+    served.stop()
+    doc, p = cli(served, tmp_path, "send", "core/kai", "-m", "hello", "--as", "core/juno",
+                 env={"GITDROP_OFFLINE": "queue"}, ok=False)
+    assert p.returncode == 7 and doc["rule"] == "unreachable"
+
+
+def test_the_cli_queues_and_syncs(served, tmp_path):
+    cli(served, tmp_path, "who")                      # the mirror is made while the hub is up
+    served.stop()
+    env = {"GITDROP_OFFLINE": "queue"}
+    doc, p = cli(served, tmp_path, "send", "core/kai", "-m", "from the train", "--as",
+                 "core/juno", env=env)
+    assert doc["queued"] is True and doc["queue_ids"] == [1] and "gitdrop sync" in doc["note"]
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "send", "core/kai",
+                        "-m", "still offline", "--as", "core/juno"], capture_output=True,
+                       text=True, cwd=ROOT, env=dict(os.environ, GITDROP_CACHE=str(
+                           tmp_path / "cache"), NO_COLOR="1"))
+    assert p.returncode == 0 and "QUEUED, not yet on the hub" in p.stdout, p.stderr
+    doc, _ = cli(served, tmp_path, "status", env=env)
+    assert [e["id"] for e in doc["queue"]] == [1, 2] and doc["offline"] is True
+    doc, p = cli(served, tmp_path, "sync", ok=False)
+    assert doc["rule"] == "unreachable" and p.returncode == 7
+    served.start()
+    doc, _ = cli(served, tmp_path, "sync")
+    assert [e["id"] for e in doc["synced"]] == [1, 2] and doc["queued"] == []
+    assert texts(served.hub) == ["from the train", "still offline"]
+
+
+@pytest.mark.parametrize("kill_after", [1, 3])
+def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
+    h = client(served, tmp_path)
+    served.stop()
+    sent = [f"m{i}" for i in range(5)]
+    for t in sent:
+        h.room("lobby").send("core/juno", "core/kai", t)
+    served.start()
+    # The hub kills the syncing process right after it took its push number
+    # `kill_after`: the write landed, the sync never heard so.
+    pidfile, count = tmp_path / "sync.pid", tmp_path / "count"
+    hook = os.path.join(served.hub.path, "hooks", "reference-transaction")
+    with open(hook, "w") as f:
+        f.write(f"#!/bin/sh\n[ \"$1\" = committed ] || exit 0\necho x >> {count}\n"
+                f"[ $(wc -l < {count}) -eq {kill_after} ] && kill -9 $(cat {pidfile})\n"
+                "exit 0\n")
+    os.chmod(hook, 0o755)
+    p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
+    pidfile.write_text(str(p.pid))
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    assert texts(served.hub) == sent[:kill_after]
+    os.unlink(hook)
+    r = RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
+    assert r["refused"] == [] and r["queued"] == []
+    assert texts(served.hub) == sent                   # each once, in order
+    git("fsck", "--no-progress", cwd=served.hub.path)
+
+
+def test_lost_races_back_off_then_conflict(served, tmp_path, monkeypatch):
+    h = client(served, tmp_path, offline=False)
+    monkeypatch.setattr(remote, "RACE_SECONDS", 1.0)
+    # git reports every push as lost to another writer (rejected, fetch first)
+    monkeypatch.setattr(h.store, "_push", lambda ref, new: (
+        "stale", " ! [rejected] x -> x (fetch first)"))
+    start = time.monotonic()
+    with pytest.raises(Conflict) as e:
+        h.room("lobby").send("core/juno", "core/kai", "never")
+    spent = time.monotonic() - start
+    assert 0.9 <= spent < 5
+    tries = h.store.lost_races
+    assert tries >= 3 and f"{tries} pushes lost the race" in e.value.reason
+    assert "again" in e.value.fix and e.value.exit_code == 6
+    assert 0 < h.store.backoff <= 1.0
+    # the mirror holds the hub's tip again, and the hub has nothing of it
+    assert h.store.tip("refs/heads/rooms/lobby") == served.hub.store.room_tip("lobby")
+    assert texts(served.hub) == []
+    monkeypatch.undo()
+    h.room("lobby").send("core/juno", "core/kai", "now")   # the budget is per write
+    assert texts(served.hub) == ["now"]
+
+
+def test_the_mcp_answer_says_queued(served, tmp_path, monkeypatch):
+    from gitdrop.mcp.server import ToolCalls
+    from gitdrop.mcp.tools import ToolBox
+    monkeypatch.setenv("GITDROP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITDROP_OFFLINE", "queue")
+    calls = ToolCalls(ToolBox(served.url, "lobby", "core/spartan"), ["send"])
+    served.stop()
+    out = calls.call("send", {"to_agent": "kai", "message": "from the MCP server"})
+    doc = out["structuredContent"]
+    assert not out.get("isError") and doc["queued"] is True and "gitdrop sync" in doc["note"]
+    assert '"queued":true' in out["content"][0]["text"]
+    served.start()
+    out = calls.call("send", {"to_agent": "kai", "message": "second"})
+    assert out["structuredContent"]["queued"] is True      # behind the first
+    assert RemoteHub(served.url, cache=str(tmp_path / "cache")).store.sync()["queued"] == []
+    assert texts(served.hub) == ["from the MCP server", "second"]
