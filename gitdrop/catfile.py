@@ -129,7 +129,8 @@ class CatFile:
         kind, data = self.raw(oid) or ("missing", b"")
         if kind != "tree":
             raise KeyError(oid)
-        # one regex pass: a tasks/ directory of 10,000 entries is read by every `ready`
+        # one regex pass: a directory of thousands of entries (a room's 256 buckets, a
+        # room of the old flat layout) is read by every `ready`
         t = {name.decode("utf-8", "replace"): (mode.decode(), raw.hex())
              for mode, name, raw in _TREE_ENTRY.findall(data)}
         self._trees[oid] = t

@@ -85,7 +85,7 @@ class Room:
                 raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                                "register it (gitdrop register) or check gitdrop who")
             return name
-        found = by_short_name(name, (a["id"] for a in view.agents()))
+        found = by_short_name(name, view.agent_ids())
         if not found:
             raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                            "register it (gitdrop register) or check gitdrop who")
@@ -209,7 +209,7 @@ class Room:
                            description=description or old["description"], last_seen=now,
                            caps=old["caps"] if caps is None else caps,
                            human=old["human"] if human is None else bool(human))
-                return ({model.agent_path(agent_id): render_file("agent", new)},
+                return ({view.agent_path(agent_id): render_file("agent", new)},
                         self._msg(f"{model.short(agent_id)} updated its profile", "", "status"),
                         {"agent": agent_id, "updated": True})
             doc = model.with_defaults("agent", {"id": agent_id, "roles": roles,
@@ -217,7 +217,7 @@ class Room:
                                                 "registered": now, "last_seen": now,
                                                 "cursor": tip, "caps": caps or [],
                                                 "human": bool(human)})
-            return ({model.agent_path(agent_id): render_file("agent", doc)},
+            return ({view.agent_path(agent_id): render_file("agent", doc)},
                     self._msg(f"{model.short(agent_id)} joined {self.name}"
                               + (f" as {', '.join(roles)}" if roles else ""), description,
                               "register", key),
@@ -231,7 +231,7 @@ class Room:
         def build(view, tip):
             if view.agent(target) is None:
                 raise NotFound(f"{target} is not registered", "")
-            return ({model.agent_path(target): None},
+            return ({view.agent_path(target): None},
                     self._msg(f"{model.short(target)} left {self.name}", "", "deregister"),
                     {"agent": target})
         return self._write(agent, build)
@@ -244,7 +244,7 @@ class Room:
             if old is None:
                 raise NotFound(f"{agent} is not registered", "register first")
             new = dict(old, **fields)
-            return ({model.agent_path(agent): render_file("agent", new)},
+            return ({view.agent_path(agent): render_file("agent", new)},
                     self._msg(subject.format(name=model.short(agent)), "", op),
                     {"agent": agent, **fields})
         return self._write(agent, build)
@@ -459,7 +459,7 @@ class Room:
             cur = v.agent(agent)
             if cur is None:
                 raise NotFound(f"{agent} is not registered", "register first")
-            return ({model.agent_path(agent): render_file("agent", dict(cur, cursor=new_cursor))},
+            return ({v.agent_path(agent): render_file("agent", dict(cur, cursor=new_cursor))},
                     self._msg(f"{model.short(agent)} read {n} message(s)"
                               + (f" and {len(shown) - n} notice(s)" if len(shown) > n else ""),
                               "", "read"), {})
@@ -553,7 +553,7 @@ class Room:
             subject = f"task {tid} created by {model.short(agent)}: {_subject_text(title)}"
             if who:
                 subject = f"task {tid} created and assigned to {model.short(who)}: {_subject_text(title, 40)}"
-            return ({model.task_path(tid): render_file("task", doc, body)},
+            return ({view.task_path(tid): render_file("task", doc, body)},
                     self._msg(subject, "", "task-create", key, task=tid),
                     {"id": tid, "task": tid, "state": doc["state"], "assignee": who})
         return self._write(agent, build, key)
@@ -635,7 +635,7 @@ class Room:
                        f"task {task_id} {move}{'ed' if move == 'sign' else ''} by {model.short(agent)}")
             if move in ("assign", "retry") and new["assignee"]:
                 subject += f" (to {model.short(new['assignee'])})"
-            return ({model.task_path(task_id): render_file("task", new, body)},
+            return ({view.task_path(task_id): render_file("task", new, body)},
                     self._msg(subject, new["note"] or question or answer, "task-" + move, key,
                               task=task_id),
                     {"id": task_id, "task": task_id, "state": new["state"], "from": frm_state,
@@ -804,7 +804,7 @@ class Room:
         def build(view, tip):
             hid = self._next_id(view, view.handshake_ids())
             tg = [self._target(view, t) for t in targets] if targets else \
-                [a["id"] for a in view.agents() if a["id"] != agent]
+                [a for a in view.agent_ids() if a != agent]
             tg = list(dict.fromkeys(x for x in tg if x != agent))
             if any(x.startswith("@") or x == model.ALL for x in tg):
                 raise UsageError("handshake targets are agents", "name each agent (team/name)")

@@ -6,7 +6,7 @@ handshake commit leaves behind, so a commit pushed by hand notifies like any oth
 """
 
 from . import fmt, model, rules
-from .view import CommitData, parse_file
+from .view import CommitData, RoomView, parse_file
 
 NOTICE_OPS = {
     "task-create": "assignee", "task-assign": "assignee", "task-retry": "assignee",
@@ -30,7 +30,7 @@ def op_of(reader, c: CommitData) -> tuple[str, str]:
     if op and not op.startswith(("task-", "handshake-")):
         return op, ""
     if op and op.startswith("task-") and task:
-        return op, model.task_path(task)
+        return op, RoomView(reader, c.tree, c.oid).task_path(task)
     if op and op.startswith("handshake-") and hs:
         return op, model.handshake_path(hs)
     parent_tree = reader.commit(c.parent).tree if c.parent else None
@@ -40,7 +40,6 @@ def op_of(reader, c: CommitData) -> tuple[str, str]:
     if op:
         return op, diff[0][0]
     from .view import changes_between  # only for commits made by hand
-    from .view import RoomView
     try:
         view = RoomView(reader, parent_tree, c.parent)
         return rules.infer(view, c, changes_between(reader, parent_tree, c.tree)), diff[0][0]
@@ -121,15 +120,16 @@ def _event(reader, c: CommitData) -> dict:
     to, cc = rules.recipients(c) if op == "send" else ([], [])
     ev = {"id": c.oid, "op": op, "from": c.author, "time": c.time, "subject": c.subject,
           "to": to, "cc": cc, "text": (c.body or c.subject) if op == "send" else c.body,
-          "task": fmt.trailer(c.trailers, "task") or _key(path, "tasks/"),
-          "handshake": fmt.trailer(c.trailers, "handshake") or _key(path, "handshakes/")}
+          "task": fmt.trailer(c.trailers, "task") or _key(path, "task"),
+          "handshake": fmt.trailer(c.trailers, "handshake") or _key(path, "handshake")}
     if op != "send":
         ev["for"] = targets(reader, c, op, path)
     return ev
 
 
-def _key(path: str, prefix: str) -> str:
-    return path[len(prefix):-3] if path.startswith(prefix) else ""
+def _key(path: str, kind: str) -> str:
+    got = model.kind_of(path)
+    return got[1] if got[0] == kind else ""
 
 
 def concerns(ev: dict, agent_id: str, lead, caps=()) -> str:

@@ -7,6 +7,7 @@ import time
 
 from . import wal
 from .catfile import CatFile
+from .layout import old_rooms, upgrade_on_push
 from .errors import GitdropError
 from .verify import check_commits
 
@@ -23,6 +24,10 @@ def main() -> int:
     git_dir = os.environ.get("GIT_DIR", ".")
     try:
         wal.ensure(git_dir)   # after a crash: the log first
+        old_layout = old_rooms(reader, updates)
+        if old_layout:   # moved first; the push is then refused (fetch and push again)
+            from .leanstore import LeanStore
+            upgrade_on_push(LeanStore(git_dir), old_layout)
         for old, new, ref in updates:
             check_commits(reader, ref, old, new, now, pusher())
         for _old, _new, ref in updates:

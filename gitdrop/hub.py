@@ -7,7 +7,7 @@ import time
 
 import pygit2
 
-from . import durable, fmt, hubrules, model, rules, wal
+from . import durable, fmt, hubrules, layout, model, rules, taskindex, wal
 from .core import Room, by_short_name, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -112,6 +112,7 @@ class Hub:
             raise no_hub(self.path)
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
+        layout.upgrade(self.store, now=self.clock())   # rooms of an older layout move now
 
     def room(self, name: str) -> Room:
         if not self.store.tip(self.store.room_ref(name)) and \
@@ -242,7 +243,7 @@ class Hub:
         """`by` as team/name: a short name resolves among the room's agents and leads."""
         if not by or "/" in by:
             return by
-        ids = [a["id"] for a in view.agents()] + list(view.room["leads"].values())
+        ids = view.agent_ids() + list(view.room["leads"].values())
         return by_short_name(by, ids) or by
 
     def _require_lead(self, view: RoomView, by: str, what: str) -> str:
@@ -274,7 +275,8 @@ class Hub:
                                  "settings: " + ", ".join(model.DEFAULT_SETTINGS))
         doc = model.with_defaults("room", {"name": name, "created": self.clock(),
                                            "open": open_ or not teams, "teams": teams,
-                                           "leads": leads, "settings": dict(settings or {})})
+                                           "leads": leads, "settings": dict(settings or {}),
+                                           "layout": model.LAYOUT})
 
         def build(view, tip):
             if tip:

@@ -117,13 +117,33 @@ def is_agent_id(s: str) -> bool:
     return bool(sep) and is_name(team) and is_name(name)
 
 
-def agent_path(agent_id: str) -> str:
+# Layouts of a room's tree (room.toml `layout`). 1: agents/<team>/<name>.toml and
+# tasks/<id>.md, one directory of every agent of a team and one of every task, so
+# each registration, inbox read (cursor) and task move rewrote a tree of all of them.
+# 2: a fan-out by bucket(name), agents/<team>/<xx>/<name>.toml and tasks/<xx>/<id>.md,
+# so a write rewrites at most 256 bucket entries and one bucket's few files. A hub
+# moves old rooms to the new layout when it opens (gitdrop.layout).
+LAYOUT = 2
+
+
+def bucket(key) -> str:
+    """The fan-out directory of a name: the first two hex digits of the SHA-1 of
+    the name's bytes (by hand: printf %s NAME | sha1sum | cut -c1-2)."""
+    import hashlib   # here: the hook's start-up does not pay for it when unused
+    return hashlib.sha1(str(key).encode()).hexdigest()[:2]
+
+
+def agent_path(agent_id: str, layout: int = LAYOUT) -> str:
     team, name = split_agent(agent_id)
-    return f"agents/{team}/{name}.toml"
+    if layout == 1:
+        return f"agents/{team}/{name}.toml"
+    return f"agents/{team}/{bucket(name)}/{name}.toml"
 
 
-def task_path(task_id) -> str:
-    return f"tasks/{task_id}.md"
+def task_path(task_id, layout: int = LAYOUT) -> str:
+    if layout == 1:
+        return f"tasks/{task_id}.md"
+    return f"tasks/{bucket(task_id)}/{task_id}.md"
 
 
 def handshake_path(hid) -> str:
@@ -144,9 +164,43 @@ def lease_path(lid: str) -> str:
 
 def kind_of(path: str) -> tuple[str, str]:
     """Which entity a path in a room's tree holds: (kind, key) or ("", "")."""
-    if path == ROOM_FILE:
-        return "room", ""
+    return parse_path(path)[:2]
+
+
+def parse_path(path: str) -> tuple[str, str, int]:
+    """(kind, key, layout) of a path in a room's tree: layout is 1 or 2 for an agent
+    or task file (the layout its path belongs to), else 0; ("", "", 0) for a path
+    gitdrop does not know (an agent or task file in the wrong bucket included)."""
     parts = path.split("/")
+    flat = {"agents": 3, "tasks": 2}.get(parts[0])
+    if flat is None or len(parts) not in (flat, flat + 1):
+        return _entity(parts) + (0,)
+    layout = 1 if len(parts) == flat else 2
+    kind, key = _entity(parts[:flat - 1] + parts[-1:])
+    if kind and (layout == 1 or parts[-2] == bucket(key.rpartition("/")[2])):
+        return kind, key, layout
+    return "", "", 0
+
+
+def placed(kind: str, key: str, layout: int = LAYOUT) -> str:
+    """Where an agent or task file belongs in a room of `layout` ("" for other kinds)."""
+    return agent_path(key, layout) if kind == "agent" else \
+        task_path(key, layout) if kind == "task" else ""
+
+
+def misplaced(path: str) -> str:
+    """For an agent or task file in a wrong bucket, the path it belongs at ("" else)."""
+    parts = path.split("/")
+    flat = {"agents": 3, "tasks": 2}.get(parts[0])
+    if flat is None or len(parts) != flat + 1:
+        return ""
+    kind, key = _entity(parts[:flat - 1] + parts[-1:])
+    return placed(kind, key, 2) if kind else ""
+
+
+def _entity(parts: list) -> tuple[str, str]:
+    if parts == [ROOM_FILE]:
+        return "room", ""
     if len(parts) == 3 and parts[0] == "agents" and parts[2].endswith(".toml"):
         team, name = parts[1], parts[2][:-5]
         if is_name(team) and is_name(name):
@@ -226,7 +280,7 @@ CONTRACT_FIELDS = {
 }
 ROOM_FIELDS = {
     "name": "", "created": 0, "open": False, "teams": [], "pinned": False,
-    "leads": {}, "settings": {},
+    "leads": {}, "settings": {}, "layout": 1,
 }
 # A path lease on the work repository: `glob` reserved by `holder` until `until`
 # (unix seconds, judged by the hub's clock); mode "exclusive" or "shared".

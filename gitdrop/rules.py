@@ -53,7 +53,8 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
     ch = changes[0]
     if not ch.kind:
         _refuse("format", c, f"{ch.path} is not a path gitdrop knows",
-                "see docs/PROTOCOL.md for the room layout (tasks/<id>.md, contracts/<name>.md, ...)")
+                "see docs/PROTOCOL.md for the room layout (tasks/<xx>/<id>.md, "
+                "contracts/<name>.md, ...)")
     if ch.kind == "room":
         return "room-settings" if ch.old is not None else "room-create"
     if ch.kind == "agent":
@@ -147,6 +148,8 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
                     "(no NUL or other control characters)")
     # A declared operation is checked for its exact shape by its own check below;
     # a commit made by hand without one has its operation read from its diff.
+    if c.op != "room-layout":
+        _check_paths(before, c, changes)
     op = c.op or infer(before, c, changes)
     if ctx.pusher and c.author != ctx.pusher:
         _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
@@ -163,6 +166,18 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _registered(before, c, op)
     fn(before, c, changes, ctx, op)
     return op
+
+
+def _check_paths(before, c, changes):
+    """Agent and task files sit where the room's layout puts them."""
+    for ch in changes:
+        right = model.placed(ch.kind, ch.key, before.layout) if ch.layout else \
+            model.misplaced(ch.path)
+        if right and right != ch.path:
+            _refuse("layout", c, f"{ch.path} is not where room {before.name!r} keeps it "
+                    f"(layout {before.layout}, see docs/PROTOCOL.md): it belongs at {right}",
+                    f"fetch the room (git pull --rebase), move the file (git mv {ch.path} "
+                    f"{right}) and push again")
 
 
 MESSAGE_EXTRA = 4096   # bytes a commit message may have beyond max_message: subject, trailers
@@ -1028,13 +1043,20 @@ def _check_room_create(before, c, changes, ctx, op):
         _refuse("format", c, f"bad room name {room['name']!r}", "")
     _check_leads(c, room)
     teams = ctx.registry()
-    if teams is None:
-        return
-    _registry_leads(c, room, {}, teams)
-    mine = [t for t, lead in teams.items() if lead == c.author]
-    if model.is_hub_identity(c.author) or set(mine) & set(room["teams"]) or \
-            (not room["teams"] and mine):
-        return
+    if teams is not None:
+        _registry_leads(c, room, {}, teams)
+        mine = [t for t, lead in teams.items() if lead == c.author]
+        if not (model.is_hub_identity(c.author) or set(mine) & set(room["teams"]) or
+                (not room["teams"] and mine)):
+            _refuse_room_creator(c, room)
+    # rooms made before the current layout were made without one (re-checked history)
+    if room["layout"] != model.LAYOUT and (ctx.now is not None or room["layout"] != 1):
+        _refuse("layout", c, f"room.toml says layout = {room['layout']}; a new room is in "
+                f"layout {model.LAYOUT}", f"write layout = {model.LAYOUT} in room.toml "
+                "(see docs/PROTOCOL.md), or create rooms with gitdrop room create")
+
+
+def _refuse_room_creator(c, room):
     _refuse("lead-only", c, f"{c.author} may not create room {room['name']!r}: rooms are "
             "created by the hub's operator or by the lead of a team the room is for"
             + (f" ({', '.join(room['teams'])})" if room["teams"] else ""),
@@ -1073,6 +1095,10 @@ def _check_room_settings(before, c, changes, ctx, op):
     old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
     if old["name"] != new["name"] or old["created"] != new["created"]:
         _refuse("format", c, "a room's name and creation time do not change", "")
+    if old["layout"] != new["layout"]:
+        _refuse("layout", c, f"room.toml's layout changes from {old['layout']} to "
+                f"{new['layout']}: only the hub's room-layout commit changes it",
+                "leave layout as it is; a hub moves a room to the current layout when it opens")
     _check_leads(c, new)
     teams = ctx.registry()
     if teams is not None:
@@ -1127,6 +1153,41 @@ def _check_room_change(before, c, changes, ctx, op):
     _check_room_settings(before, c, changes, ctx, op)
 
 
+def _check_room_layout(before, c, changes, ctx, op):
+    """The move of a room to the current layout (gitdrop.layout): by the hub, every
+    agent and task file moved unchanged to its new path, room.toml's layout set to
+    the current one, and nothing else."""
+    def no(reason):
+        _refuse("layout", c, reason, "only a hub moves a room to the current layout "
+                "(it does so when it opens); push nothing else with Gitdrop-Op: room-layout")
+    if not model.is_hub_identity(c.author):
+        no(f"{c.author} may not move a room's files; the hub does (as hub/admin)")
+    if before.tree is None or before.layout >= model.LAYOUT:
+        no(f"room {before.name!r} is already in layout {before.layout}")
+    moved, came, room = {}, {}, None
+    for ch in changes:
+        if ch.kind == "room":
+            room = ch
+        elif ch.layout == before.layout and ch.new is None:
+            moved[model.placed(ch.kind, ch.key)] = (ch.path, ch.old)
+        elif ch.layout == model.LAYOUT and ch.old is None:
+            came[ch.path] = ch.new
+        else:
+            no(f"{ch.path} is changed; a layout move only moves agent and task files")
+    if room is None or room.new is None or \
+            _doc(c, room, "new")[0] != dict(_doc(c, room, "old")[0], layout=model.LAYOUT):
+        no(f"room.toml must change only its layout, to {model.LAYOUT}")
+    for path, text in came.items():
+        if path not in moved or moved[path][1] != text:
+            no(f"{path} is not an unchanged move of a file of the old layout")
+    if len(came) != len(moved):
+        gone = sorted(p for p in moved if p not in came)
+        no(f"{moved[gone[0]][0]} is deleted, not moved to {gone[0]}")
+    files = len(before.agent_ids()) + len(before.task_ids())
+    if len(moved) != files:
+        no(f"{len(moved)} of the room's {files} agent and task files are moved; all must be")
+
+
 CHECKS = {
     "register": _check_register, "deregister": _check_deregister,
     "status": _check_agent_update, "ping": _check_agent_update, "read": _check_agent_update,
@@ -1136,5 +1197,5 @@ CHECKS = {
     "lease-take": _check_lease_take, "lease-release": _check_lease_release,
     "room-create": _check_room_create, "room-settings": _check_room_change,
     "room-pin": _check_room_change, "room-join": _check_room_change,
-    "room-leave": _check_room_change,
+    "room-leave": _check_room_change, "room-layout": _check_room_layout,
 }

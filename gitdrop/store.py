@@ -60,11 +60,12 @@ class Reader:
     def tree(self, oid: str) -> dict:
         """A tree's entries {name: (filemode, oid)}, kept for the trees last read: a
         path lookup through pygit2 parses the whole directory again every time, which
-        for a room's tasks/ of 10,000 files costs milliseconds per file."""
+        for a directory of thousands of files costs milliseconds per file. Enough are
+        kept for one listing of a room's buckets (256) and the directories above."""
         t = self._trees.get(oid)
         if t is None:
             t = {e.name: (e.filemode, str(e.id)) for e in self.repo[oid]}
-            if len(self._trees) >= 32:
+            if len(self._trees) >= 320:
                 self._trees.pop(next(iter(self._trees)))
             self._trees[oid] = t
         return t

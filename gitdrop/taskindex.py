@@ -39,16 +39,13 @@ def headers(view) -> list[dict]:
     reader = view.reader
     if view.tree is None or not hasattr(reader, "tree"):
         return [view.task(t)[0] for t in view.task_ids()]
-    entry = reader._entry(view.tree, "tasks")
-    if entry is None:
+    listing = view.task_blobs()
+    if not listing:
         return []
-    listing = reader.tree(entry[1])
     index = _index(reader, view.name)
     out, new, live = [], {}, set()
-    for name in sorted(listing):
-        if not name.endswith(".md"):
-            continue
-        tid, oid = name[:-3], listing[name][1]
+    for tid in sorted(listing):
+        oid = listing[tid]
         live.add(oid)
         h = index.known.get(oid)
         if h is None or str(h.get("id")) != tid:

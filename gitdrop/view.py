@@ -114,25 +114,77 @@ class RoomView:
     def settings(self) -> dict:
         return model.settings(self.room)
 
+    @property
+    def layout(self) -> int:
+        """The room's tree layout (model.LAYOUT for a room not yet created)."""
+        return self.room.get("layout", 1) if self.tree is not None else model.LAYOUT
+
+    def agent_path(self, agent_id: str) -> str:
+        return model.agent_path(agent_id, self.layout)
+
+    def task_path(self, task_id) -> str:
+        return model.task_path(task_id, self.layout)
+
     def agent(self, agent_id: str) -> dict | None:
-        doc = self._doc("agent", model.agent_path(agent_id))
+        doc = self._doc("agent", self.agent_path(agent_id))
         return doc[0] if doc else None
 
-    def agents(self) -> list[dict]:
+    def teams_here(self) -> list[str]:
+        """The teams with a directory of agents in the room."""
+        return self.names("agents")
+
+    def agent_ids(self, team: str = "") -> list[str]:
+        """Every registered agent's id (of one team, if given), sorted, without
+        reading their files."""
         out = []
-        for team in self.names("agents"):
-            for fname in self.names(f"agents/{team}"):
-                if fname.endswith(".toml"):
-                    a = self.agent(f"{team}/{fname[:-5]}")
-                    if a:
-                        out.append(a)
+        for t in [team] if team else self.teams_here():
+            for n in self._files(f"agents/{t}", ".toml"):
+                out.append(f"{t}/{n}")
+        return out
+
+    def agents(self, ids=None) -> list[dict]:
+        out = []
+        for agent_id in self.agent_ids() if ids is None else ids:
+            a = self.agent(agent_id)
+            if a:
+                out.append(a)
         return out
 
     def task(self, task_id) -> tuple[dict, str] | None:
-        return self._doc("task", model.task_path(task_id))
+        return self._doc("task", self.task_path(task_id))
 
     def task_ids(self) -> list[str]:
-        return [n[:-3] for n in self.names("tasks") if n.endswith(".md")]
+        return self._files("tasks", ".md")
+
+    def task_blobs(self) -> dict[str, str]:
+        """{task id: blob id} of every task file, from the directory listings alone
+        (a reader with tree() and _entry())."""
+        out = {}
+        for d, names in self._dirs("tasks"):
+            for n in names:
+                if n.endswith(".md"):
+                    out[n[:-3]] = self.reader.tree(d)[n][1]
+        return out
+
+    def _files(self, directory: str, ext: str) -> list[str]:
+        """The names (without `ext`) of the files of an agents/<team> or tasks
+        directory, whatever the layout: flat, or one level of buckets."""
+        if self.layout == 1:
+            return sorted(n[:-len(ext)] for n in self.names(directory) if n.endswith(ext))
+        out = []
+        for b in self.names(directory):
+            out.extend(n[:-len(ext)] for n in self.names(f"{directory}/{b}") if n.endswith(ext))
+        return sorted(out)
+
+    def _dirs(self, directory: str):
+        """(tree id, entry names) of each directory holding the files of `directory`."""
+        entry = self.reader._entry(self.tree, directory) if self.tree is not None else None
+        if entry is None:
+            return []
+        if self.layout == 1:
+            return [(entry[1], self.reader.tree(entry[1]))]
+        return [(sub, self.reader.tree(sub)) for _n, (is_tree, sub) in
+                sorted(self.reader._kinds(entry[1]).items()) if is_tree]
 
     def handshake(self, hid) -> tuple[dict, str] | None:
         return self._doc("handshake", model.handshake_path(hid))
@@ -203,12 +255,12 @@ def render_file(kind: str, header: dict, body: str = "") -> str:
 
 class Change:
     """One changed file of a commit, as the rules take it."""
-    __slots__ = ("path", "old", "new", "kind", "key", "mode")
+    __slots__ = ("path", "old", "new", "kind", "key", "mode", "layout")
 
     def __init__(self, path, old, new, mode=0o100644):
         self.path, self.old, self.new = path, old, new
         self.mode = mode   # of the new file (a push may bring a link or an executable)
-        self.kind, self.key = model.kind_of(path)
+        self.kind, self.key, self.layout = model.parse_path(path)
 
 
 def changes_between(reader, old_tree, new_tree) -> list:

@@ -9,6 +9,7 @@ import pytest
 
 from cli_helpers import Gitdrop
 from conftest import git
+from gitdrop import model
 from gitdrop.cli.main import COMMANDS
 
 TASK_MOVES = ("create", "list", "show", "assign", "claim", "start", "submit", "approve",
@@ -342,8 +343,8 @@ def test_start_up_imports_nothing_heavy(gd, team):
 def test_a_task_file_pushed_by_hand_is_a_task(gd, team, tmp_path):
     work = str(tmp_path / "work")
     git("clone", "-q", "-b", "rooms/lobby", gd.hub, work)
-    os.makedirs(os.path.join(work, "tasks"))
-    with open(os.path.join(work, "tasks", "7.md"), "w") as f:
+    os.makedirs(os.path.join(work, os.path.dirname(model.task_path(7))))
+    with open(os.path.join(work, model.task_path(7)), "w") as f:
         f.write('+++\nid = "7"\ntitle = "By hand"\nstate = "pending"\ncreator = "core/juno"\n'
                 '+++\nWritten with an editor.\n')
     git("add", "-A", cwd=work)
@@ -355,7 +356,7 @@ def test_a_task_file_pushed_by_hand_is_a_task(gd, team, tmp_path):
     assert gd.js("--as", "ada", "task", "claim", "7")["assignee"] == "core/ada"
     # a hand edit that breaks a rule is refused by the hook, and leaves no trace
     git("pull", "-q", "--rebase", "origin", "rooms/lobby", cwd=work)
-    path = os.path.join(work, "tasks", "7.md")
+    path = os.path.join(work, model.task_path(7))
     with open(path) as f:
         text = f.read()
     with open(path, "w") as f:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gitdrop import events, fmt
+from gitdrop import events, fmt, model
 from gitdrop.errors import Refusal
 
 from conftest import refused_rule
@@ -233,9 +233,9 @@ def _has_dot():
 # --- a raw git push, through the real hook ---------------------------------------
 
 def _task_doc(c, tid, **over):
-    head, body = fmt.loads_doc(c.read(f"tasks/{tid}.md"))
+    head, body = fmt.loads_doc(c.read(model.task_path(tid)))
     head.update(over)
-    c.write(f"tasks/{tid}.md", fmt.dumps_doc(head, body))
+    c.write(model.task_path(tid), fmt.dumps_doc(head, body))
 
 
 def test_pushed_dependencies_and_capabilities_meet_the_same_rules(hub, team, clone):
@@ -244,9 +244,9 @@ def test_pushed_dependencies_and_capabilities_meet_the_same_rules(hub, team, clo
     t = team.create_task("core/juno", "db work", requires=["db"])["id"]
     lead = clone("core/juno")
     # a new task waiting on a task that does not exist
-    head, _ = fmt.loads_doc(lead.read(f"tasks/{a}.md"))
+    head, _ = fmt.loads_doc(lead.read(model.task_path(a)))
     head.update(id="50", title="by hand", after=["99"])
-    lead.write("tasks/50.md", fmt.dumps_doc(head, "x"))
+    lead.write(model.task_path(50), fmt.dumps_doc(head, "x"))
     lead.commit("a task by hand")
     ok, err = lead.push()
     assert not ok and refused_rule(err) == "task-dependency" and "does not exist" in err, err
@@ -279,7 +279,7 @@ def test_pushed_dependencies_and_capabilities_meet_the_same_rules(hub, team, clo
     assert not ok and refused_rule(err) == "task-dependency", err
     kai.pull()
     # capabilities declared by hand: checked too, and then the claim goes through
-    path = "agents/core/kai.toml"
+    path = model.agent_path("core/kai")
     doc = fmt.loads_toml(kai.read(path))
     kai.write(path, fmt.dumps_toml(dict(doc, caps=["db", "db"])))
     kai.commit("caps")

@@ -29,7 +29,7 @@ def busy_room(lobby, clone):
     lobby.declare_contract("core/kai", "api", "GET /x", kind="api_endpoint")
     lobby.set_context("core/juno", "stack", "python")
     c = clone("core/kai")
-    c.write("tasks/99.md", fmt.dumps_doc({"id": "99", "title": "by hand", "creator": "core/kai"},
+    c.write(model.task_path(99), fmt.dumps_doc({"id": "99", "title": "by hand", "creator": "core/kai"},
                                          "body")).commit("hand task")
     assert c.push()[0]
     lobby.move_task("core/spartan", t["id"], "submit", note="done")

@@ -46,7 +46,7 @@ def accepted(hub, c):
 
 
 def register_commit(c, agent):
-    c.write(f"agents/{agent}.toml", fmt.dumps_toml({"id": agent, "cursor": c.head()}))
+    c.write(model.agent_path(agent), fmt.dumps_toml({"id": agent, "cursor": c.head()}))
     return c.commit(f"{agent} joins")
 
 
@@ -60,7 +60,7 @@ def test_membership_is_refused_on_push(hub, proj, clone):
     c.commit(msg("hello core", "core/spartan"), allow_empty=True)
     err = refused(hub, c, "room-membership")                 # not "register first"
     c.pull()
-    c.write("tasks/9.md", fmt.dumps_doc({"id": "9", "title": "t", "state": "pending",
+    c.write(model.task_path(9), fmt.dumps_doc({"id": "9", "title": "t", "state": "pending",
                                          "creator": "web/spartan"}, "x")).commit("a task")
     refused(hub, c, "room-membership")
 
@@ -114,7 +114,7 @@ def test_cross_team_task_start_is_refused_on_push_until_both_leads_sign(hub, pro
     proj.register("web/ana")
     proj.register("web/spartan")
     t = proj.create_task("core/juno", "the form", assignee="web/spartan")
-    path = f"tasks/{t['id']}.md"
+    path = model.task_path(t['id'])
 
     def start(c):
         c.pull()

@@ -3,7 +3,7 @@ upgrades both in place and loses nothing."""
 
 import os
 
-from gitdrop import hub as hubmod
+from gitdrop import hub as hubmod, model
 
 from conftest import Clone, refused_rule
 
@@ -40,7 +40,7 @@ def test_reinit_upgrades_hook_and_settings_and_loses_nothing(tmp_path):
     assert [r["room"] for r in again.rooms()] == ["lobby", "side"]
     # and the restored hook is live
     c = Clone(path, tmp_path / "c", "lobby", "core/nobody")
-    c.write("tasks/9.md", "+++\nid = \"9\"\ntitle = \"x\"\ncreator = \"core/nobody\"\n+++\n")
+    c.write(model.task_path(9), "+++\nid = \"9\"\ntitle = \"x\"\ncreator = \"core/nobody\"\n+++\n")
     c.commit("sneak")
     ok, err = c.push()
     assert not ok and refused_rule(err) == "registered-author"

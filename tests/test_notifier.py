@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from gitdrop import fmt
+from gitdrop import fmt, model
 from gitdrop.notifier import TIMEOUT_EXIT, Notifier, summarize
 
 from conftest import git
@@ -174,7 +174,7 @@ def test_wait_wakes_on_raw_git_push_message_and_task(hub, team, procs, clone):
     team.inbox("spartan")
     p = procs(*wait_args(hub, "spartan", "--timeout", "30"), cli=True)  # the gitdrop command
     p.ready("waiting for")
-    c.pull().write("tasks/7.md", task_doc(7, "core/juno", assignee="core/spartan"))
+    c.pull().write(model.task_path(7), task_doc(7, "core/juno", assignee="core/spartan"))
     c.commit("a task by hand")
     ok, err = c.push()
     assert ok, err

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from gitdrop import hub as hubmod
+from gitdrop import model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -127,4 +128,4 @@ def test_readme_tour_runs_as_written(tmp_path):
     assert "refused by rule unread-before-send" in p.stderr
     assert "handshake-go" in p.stderr and "task-state-machine" in p.stderr
     assert "task-dependency" in p.stderr
-    assert (work / "lobby" / "tasks" / "8.md").exists()
+    assert (work / "lobby" / model.task_path(8)).exists()

@@ -4,7 +4,7 @@ refused case each, and the two paths agree."""
 
 import pytest
 
-from gitdrop import fmt, view
+from gitdrop import fmt, model, view
 from gitdrop.errors import Refusal
 
 from conftest import git, refused_rule
@@ -40,10 +40,10 @@ def attempt(hub, c, expect):
 
 def test_registered_author(hub, team, clone):
     c = clone("core/nobody")
-    c.write("tasks/50.md", task_doc(50, "core/nobody")).commit("a task")
+    c.write(model.task_path(50), task_doc(50, "core/nobody")).commit("a task")
     attempt(hub, c, "registered-author")
     c.pull().as_("core/spartan")
-    c.write("tasks/50.md", task_doc(50, "core/spartan")).commit("a task")
+    c.write(model.task_path(50), task_doc(50, "core/spartan")).commit("a task")
     attempt(hub, c, None)
     assert team.task(50)["creator"] == "core/spartan"
 
@@ -53,11 +53,11 @@ def test_room_membership(hub, team, clone):
     hub.create_room("core/juno", "ops", teams=["core"])
     c = clone("web/ana", room="ops")
     agent = {"id": "web/ana", "cursor": hub.store.room_tip("ops")}
-    c.write("agents/web/ana.toml", fmt.dumps_toml(agent)).commit("ana joins")
+    c.write(model.agent_path("web/ana"), fmt.dumps_toml(agent)).commit("ana joins")
     err = attempt(hub, c, "room-membership")
     assert "team 'web' is not a member" in err
     c.pull().as_("core/ana")
-    c.write("agents/core/ana.toml", fmt.dumps_toml({"id": "core/ana", "cursor": c.head()}))
+    c.write(model.agent_path("core/ana"), fmt.dumps_toml({"id": "core/ana", "cursor": c.head()}))
     c.commit("ana joins")
     attempt(hub, c, None)
 
@@ -66,7 +66,7 @@ def test_linear_history(hub, team, clone):
     c = clone("core/spartan")
     base = c.head()
     git("checkout", "-q", "-b", "side", cwd=c.path)
-    c.write("tasks/60.md", task_doc(60, "core/spartan")).commit("side task")
+    c.write(model.task_path(60), task_doc(60, "core/spartan")).commit("side task")
     git("checkout", "-q", "-", cwd=c.path)
     c.write("context/notes.md", "hello\n").commit("notes")
     git("merge", "-q", "--no-edit", "side", cwd=c.path)
@@ -78,36 +78,36 @@ def test_linear_history(hub, team, clone):
 
 def test_one_operation(hub, team, clone):
     c = clone("core/spartan")
-    c.write("tasks/70.md", task_doc(70, "core/spartan"))
-    c.write("tasks/71.md", task_doc(71, "core/spartan")).commit("two tasks")
+    c.write(model.task_path(70), task_doc(70, "core/spartan"))
+    c.write(model.task_path(71), task_doc(71, "core/spartan")).commit("two tasks")
     attempt(hub, c, "one-operation")
     c.pull()
-    c.write("tasks/70.md", task_doc(70, "core/spartan"))
+    c.write(model.task_path(70), task_doc(70, "core/spartan"))
     c.commit(fmt.format_message("a note", "hi", [("op", "send"), ("to", "all")]))
     err = attempt(hub, c, "one-operation")
     assert "must not change files" in err
     c.pull()
-    c.write("tasks/70.md", task_doc(70, "core/spartan")).commit("one task")
+    c.write(model.task_path(70), task_doc(70, "core/spartan")).commit("one task")
     attempt(hub, c, None)
 
 
 def test_format(hub, team, clone):
     c = clone("core/spartan")
-    c.write("tasks/80.md", "title: no front matter\n").commit("bad task")
+    c.write(model.task_path(80), "title: no front matter\n").commit("bad task")
     err = attempt(hub, c, "format")
     assert "+++" in err
     c.pull()
-    c.write("tasks/80.md", task_doc(80, "core/spartan", priority="high")).commit("bad field")
+    c.write(model.task_path(80), task_doc(80, "core/spartan", priority="high")).commit("bad field")
     attempt(hub, c, "format")
     c.pull()
-    c.write("tasks/80.md", task_doc(80, "core/spartan", priority=2)).commit("good")
+    c.write(model.task_path(80), task_doc(80, "core/spartan", priority=2)).commit("good")
     attempt(hub, c, None)
 
 
 def test_task_state_machine(hub, team, clone):
     t = team.create_task("core/juno", "Parser")
     c = clone("core/spartan")
-    path = f"tasks/{t['id']}.md"
+    path = model.task_path(t['id'])
     c.write(path, c.read(path).replace('state = "pending"', 'state = "completed"'))
     c.commit("done already")
     err = attempt(hub, c, "task-state-machine")
@@ -195,7 +195,7 @@ def test_handshake_ack_once_and_go(hub, team, clone):
     attempt(hub, c, "handshake-ack-once")
     # by hand: starting before GO
     c.pull().as_("core/spartan")
-    tp = f"tasks/{t['id']}.md"
+    tp = model.task_path(t['id'])
     c.write(tp, c.read(tp).replace('state = "assigned"', 'state = "in_progress"')).commit("go!")
     err = attempt(hub, c, "handshake-go")
     assert "core/kai" in err
@@ -284,7 +284,7 @@ def test_view_parses_what_core_writes(team):
     got = team.task(t["id"])
     assert got["tags"] == ["a", "b"] and got["priority"] == 3
     assert got["body"].strip() == "body\n\nmore"
-    assert view.parse_file("task", team.view().text(f"tasks/{t['id']}.md"))[0]["priority"] == 3
+    assert view.parse_file("task", team.view().text(model.task_path(t['id'])))[0]["priority"] == 3
 
 
 def test_protocol_doc_has_the_machine_table():
@@ -330,7 +330,7 @@ def test_a_late_claim_by_push_is_told_who_won(hub, team, clone):
     c = clone("core/kai")
     team.move_task("core/spartan", t["id"], "claim")   # spartan is first
     c.pull()
-    path = f"tasks/{t['id']}.md"
+    path = model.task_path(t['id'])
     c.write(path, c.read(path).replace('assignee = "core/spartan"', 'assignee = "core/kai"'))
     c.commit(fmt.format_message("kai claims", "", [("op", "task-claim"), ("task", t["id"])]))
     err = attempt(hub, c, "task-state-machine")

@@ -127,9 +127,9 @@ def test_who_tells_health_from_the_last_act_and_the_work(room, clock):
 # --- a raw git push through the hook --------------------------------------------------
 
 def _reap_doc(c, tid, **over):
-    head, body = fmt.loads_doc(c.read(f"tasks/{tid}.md"))
+    head, body = fmt.loads_doc(c.read(model.task_path(tid)))
     head.update(over)
-    c.write(f"tasks/{tid}.md", fmt.dumps_doc(head, body))
+    c.write(model.task_path(tid), fmt.dumps_doc(head, body))
 
 
 def _push(c, env=None):

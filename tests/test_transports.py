@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from gitdrop import fmt, tokens
+from gitdrop import fmt, model, tokens
 from gitdrop.transports import httpd, shell
 from gitdrop import hub as hubmod
 from gitdrop.errors import Refusal
@@ -323,7 +323,7 @@ def test_raw_push_of_a_task_file(served, room, team, tmp_path):
     c = Clone(served.url("core/spartan"), tmp_path / "c", room, "core/spartan")
     # a big, incompressible body: over HTTP a small postBuffer makes git send it chunked
     body = os.urandom(4096).hex()
-    c.write("tasks/7.md", task_file(7, "core/spartan", body)).commit("task 7 by hand")
+    c.write(model.task_path(7), task_file(7, "core/spartan", body)).commit("task 7 by hand")
     p = git("-c", "http.postBuffer=1024", "push", "origin", f"HEAD:rooms/{room}",
             cwd=c.path, check=False)
     assert p.returncode == 0, p.stderr
@@ -341,7 +341,7 @@ def test_refused_push_leaves_no_trace(served, room, team, tmp_path):
     author, rule = (("core/spartan", "authenticated-pusher") if served.authenticates
                     else ("core/nobody", "registered-author"))
     c.as_(author)
-    c.write("tasks/9.md", task_file(9, author)).commit("task 9 as someone else")
+    c.write(model.task_path(9), task_file(9, author)).commit("task 9 as someone else")
     before = snapshot(served.hub.path)
     ok, err = c.push()
     assert not ok and refused_rule(err) == rule, err

@@ -170,7 +170,7 @@ def test_push_refuses_links_and_executables(hub, team, clone, mode):
 
 def test_push_refuses_a_key_set_twice(hub, team, clone):
     c = clone("core/juno")
-    c.write("tasks/9.md", '+++\nid = "9"\ntitle = "t"\nstate = "completed"\n'
+    c.write(model.task_path(9), '+++\nid = "9"\ntitle = "t"\nstate = "completed"\n'
             'state = "pending"\ncreator = "core/juno"\n+++\nbody\n').commit("task 9")
     ok, err = c.push()
     assert not ok and refused_rule(err) == "format", err
@@ -203,8 +203,8 @@ def test_a_lead_role_pushed_by_hand_grants_nothing(proj, hub, clone):
     t = proj.create_task("core/juno", "core work", assignee="core/spartan")["id"]
     proj.declare_contract("core/spartan", "api.core", "GET /core")
     c = clone("web/mallory", room="proj")
-    text = c.read("agents/web/mallory.toml").replace('roles = []', 'roles = ["lead"]')
-    c.write("agents/web/mallory.toml", text).commit("mallory is a lead now")
+    text = c.read(model.agent_path("web/mallory")).replace('roles = []', 'roles = ["lead"]')
+    c.write(model.agent_path("web/mallory"), text).commit("mallory is a lead now")
     assert c.push()[0]                       # a label: it may say so...
     assert not proj.view().is_lead("web/mallory")
     with pytest.raises(Refusal) as e:        # ...and it grants nothing
@@ -264,7 +264,7 @@ def _root_room_commit(tmp_path, room, author, leads, teams):
     (path / "room.toml").write_text(
         f'name = "{room}"\ncreated = {int(time.time())}\nopen = false\n'
         f'teams = [{", ".join(chr(34) + t + chr(34) for t in teams)}]\n'
-        f'pinned = false\n\n[leads]\n{leads_toml}')
+        f'pinned = false\nlayout = {model.LAYOUT}\n\n[leads]\n{leads_toml}')
     git("add", "-A", cwd=path)
     git("commit", "-q", "-m", f"room {room}\n\nGitdrop-Op: room-create", cwd=path)
     return path

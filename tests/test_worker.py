@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gitdrop import Worker, fmt, hub as hubmod
+from gitdrop import Worker, fmt, hub as hubmod, model
 from gitdrop.errors import Refusal
 from gitdrop.view import first_parent_walk
 
@@ -517,10 +517,10 @@ NOT_A_BRIEF = "## Objective\nMake it so.\n"
 
 
 def _doc(c, tid, **over):
-    head, body = fmt.loads_doc(c.read(f"tasks/{tid}.md"))
+    head, body = fmt.loads_doc(c.read(model.task_path(tid)))
     body = over.pop("body", body)
     head.update(over)
-    c.write(f"tasks/{tid}.md", fmt.dumps_doc(head, body))
+    c.write(model.task_path(tid), fmt.dumps_doc(head, body))
 
 
 def _op(c, subject, op, tid):
@@ -598,14 +598,14 @@ def test_the_same_rules_on_a_raw_push(hub, tmp_path, clone):
     assert (got["state"], got["assignee"], got["retries"]) == ("pending", "", 1)
     # briefs, at create and at edit
     lead = clone(LEAD)
-    head, _ = fmt.loads_doc(lead.read(f"tasks/{t}.md"))
+    head, _ = fmt.loads_doc(lead.read(model.task_path(t)))
     head.update(id="50", title="brief by hand", brief=True, state="pending", assignee="",
                 retries=0, creator=LEAD)
-    lead.write("tasks/50.md", fmt.dumps_doc(head, NOT_A_BRIEF))
+    lead.write(model.task_path(50), fmt.dumps_doc(head, NOT_A_BRIEF))
     lead.commit("a brief by hand")
     ok, err = lead.push()
     assert not ok and refused_rule(err) == "task-brief", err
-    lead.write("tasks/50.md", fmt.dumps_doc(head, BRIEF))
+    lead.write(model.task_path(50), fmt.dumps_doc(head, BRIEF))
     git_amend = subprocess.run(["git", "commit", "-q", "-a", "--amend", "--no-edit"],
                                cwd=lead.path, capture_output=True, text=True)
     assert git_amend.returncode == 0, git_amend.stderr

@@ -181,6 +181,8 @@ class Scope:
             if is_hub(path):
                 store = LeanStore(path)
                 if store.tip(store.room_ref(self.room_name)):
+                    from ..layout import upgrade
+                    upgrade(store, [self.room_name])   # a room of an older layout moves now
                     return Room(store, self.room_name)
         return self.hub.room(self.room_name)  # creates the built-in hub, words what is missing
 

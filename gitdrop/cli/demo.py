@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 
+from .. import model
 from ..errors import GitdropError, UsageError
 from .base import paint
 
@@ -107,17 +108,18 @@ def _git(*args, cwd=None):
 def _push_task_by_hand(hub_path: str, work: str) -> str:
     """What any agent with git can do: clone the room, add a task file, push."""
     _git("clone", "-q", "-b", "rooms/lobby", hub_path, work)
-    os.makedirs(os.path.join(work, "tasks"), exist_ok=True)
-    with open(os.path.join(work, "tasks", "3.md"), "w") as f:
+    path = model.task_path(3)   # tasks/<bucket>/3.md (docs/PROTOCOL.md)
+    os.makedirs(os.path.join(work, os.path.dirname(path)), exist_ok=True)
+    with open(os.path.join(work, path), "w") as f:
         f.write(HAND_TASK)
-    _git("add", "tasks/3.md", cwd=work)
+    _git("add", path, cwd=work)
     _git("-c", f"user.name={LEAD}", "-c", "user.email=juno@core.example", "commit", "-q",
          "-m", "task 3: document GET /users", cwd=work)
     p = subprocess.run(["git", "push", "origin", "HEAD:rooms/lobby"], cwd=work,
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"the push was refused: {p.stderr.strip()}")
-    return "pushed tasks/3.md: " + _git("log", "-1", "--format=%h %an %s", cwd=work).strip()
+    return f"pushed {path}: " + _git("log", "-1", "--format=%h %an %s", cwd=work).strip()
 
 
 def where(hub: str = "") -> str:
@@ -204,7 +206,8 @@ def run(keep: bool = False, narrate: bool = True, out=print, hub: str = "",
         s("ada submits task 2; juno approves",
           lambda: (r.move_task(WEB, t2, "submit", note="page done"),
                    r.move_task(LEAD, t2, "approve"))[1])
-        s("juno writes tasks/3.md by hand, commits it with git and pushes (the hook checks it)",
+        s(f"juno writes {model.task_path(3)} by hand, commits it with git and pushes (the hook "
+          "checks it)",
           lambda: _push_task_by_hand(hub_path, os.path.join(work, "juno-clone")))
         s("ada claims task 3, which arrived by git push", lambda: r.move_task(WEB, "3", "claim"))
         s("the whole room re-checks from its first commit",
