@@ -260,8 +260,17 @@ class Room:
         """Each agent with its health, from its last act in the room (its latest
         commit, or its last ping/status, whichever is later), and its work: the
         tasks it holds, the last it claimed and the last it completed."""
+        return self.who_page()["agents"]
+
+    def who_page(self, offset: int = 0, limit: int = 0) -> dict:
+        """who() for the agents from `offset` on, at most `limit` of them (0: all),
+        by id: {"agents", "total", "offset", "more" (how many follow)}. Only the
+        page's agent files are read, and the walk for last acts is bounded."""
         view, now = self.view(), self.clock()
-        agents = view.agents()
+        ids = view.agent_ids()
+        offset = max(0, int(offset))
+        page = ids[offset:offset + limit] if limit > 0 else ids[offset:]
+        agents = view.agents(page)
         acts, claimed = self._last_acts(view, {a["id"] for a in agents})
         holding, completed = {}, {}
         for t in self._headers(view):
@@ -287,7 +296,8 @@ class Room:
                         "last_claimed": claimed.get(a["id"], ""),
                         "last_completed": str(completed.get(a["id"], ("",))[0]),
                         "caps": a["caps"], "human": a["human"]})
-        return out
+        return {"agents": out, "total": len(ids), "offset": offset,
+                "more": max(0, len(ids) - offset - len(page))}
 
     def _last_acts(self, view, ids, limit: int = 5000):
         """({agent: time of its latest commit}, {agent: task it last claimed}), from

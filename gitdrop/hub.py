@@ -535,10 +535,15 @@ class Hub:
     def rooms_of_team(self, team: str, status: str = "active") -> list[dict]:
         return [r for r in self.rooms(status) if team in r["teams"]]
 
-    def room_status(self, room: str) -> dict:
-        """Teams, leads, agents, open tasks, last activity and size (active or archived)."""
+    def room_status(self, room: str, offset: int = 0, limit: int = 0) -> dict:
+        """Teams, leads, agents, open tasks, last activity and size (active or archived).
+        `agents` lists the ids from `offset` on, at most `limit` (0: all);
+        `agents_total` counts them all and `agents_more` those past the page."""
         ref, tip, view = self._locate(room)
-        tasks = [view.task(t)[0] for t in view.task_ids()]
+        tasks = taskindex.headers(view)
+        ids = view.agent_ids()
+        offset = max(0, int(offset))
+        page = ids[offset:offset + limit] if limit > 0 else ids[offset:]
         n = messages = 0
         for n, c in enumerate(first_parent_walk(self.store.reader, tip), 1):
             if is_message(self.store.reader, c):
@@ -549,7 +554,8 @@ class Hub:
         out = {"room": room, "status": "active" if ref.startswith(model.ROOM_PREFIX)
                else "archived", "teams": view.room["teams"], "open": view.room["open"],
                "leads": view.room["leads"], "pinned": view.room["pinned"],
-               "agents": [a["id"] for a in view.agents()],
+               "agents": page, "agents_total": len(ids), "agents_offset": offset,
+               "agents_more": max(0, len(ids) - offset - len(page)),
                "open_tasks": sum(1 for t in tasks if t["state"] not in ("completed", "cancelled")),
                "tasks": len(tasks), "commits": n if n < 10000 else "10000+",
                "messages": messages, "settings": view.settings,

@@ -77,14 +77,32 @@ def deregister(s: Scope, name: Annotated[Optional[str], typer.Argument(
     s.emit(r, f"{r['agent']} left {s.room_name}")
 
 
+PAGE = 100   # agents `who` and `room show` list at a time
+
+
+def _more_line(r: dict, command: str) -> str:
+    """The line after a page: how many follow, and how to see them."""
+    if not r["more"]:
+        return ""
+    nxt = r["offset"] + len(r["agents"])
+    return f"… {r['more']} more of {r['total']}: {command} --offset {nxt}"
+
+
+Offset = Annotated[int, typer.Option("--offset", help="Skip this many agents (by id).")]
+Limit = Annotated[int, typer.Option("--limit", "-n", help="At most this many agents (0: all).")]
+
+
 @command(app, "who")
-def who(s: Scope):
-    """The agents in the room, with roles, status and health (from their last act)."""
-    agents = s.room.who()
+def who(s: Scope, limit: Limit = PAGE, offset: Offset = 0):
+    """The agents in the room, with roles, status and health (from their last act);
+    a page at a time in a big room (--offset, --limit)."""
+    r = s.room.who_page(offset, limit)
+    agents = r["agents"]
 
     def show():
         if not agents:
-            print(f"nobody is registered in {s.room_name} yet (gitdrop register team/name)")
+            print(f"nobody is registered in {s.room_name} yet (gitdrop register team/name)"
+                  if not r["total"] else f"no agents past {offset} (there are {r['total']})")
             return
         caps = any(a.get("caps") for a in agents)   # a column only when someone has some
         rows = [(a["agent"], ", ".join(a["roles"])) + ((", ".join(a["caps"]) or "-",) * caps)
@@ -94,7 +112,11 @@ def who(s: Scope):
                    a["last_completed"] or "-") for a in agents]
         table(["agent", "roles"] + ["caps"] * caps + ["status", "health", "last act", "holds",
                                                       "claimed", "completed"], rows)
-    s.emit({"room": s.room_name, "agents": agents}, show)
+        more = _more_line(r, "gitdrop who")
+        if more:
+            print(more)
+    s.emit({"room": s.room_name, "agents": agents, "total": r["total"], "offset": r["offset"],
+            "more": r["more"]}, show)
 
 
 @command(app, "status")

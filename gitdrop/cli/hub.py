@@ -92,15 +92,23 @@ def room_list(s: Scope,
 
 
 @command(room_app, "show")
-def room_show(s: Scope, name: RoomArg = None):
-    """A room's status: teams, leads, agents, open tasks, last activity, size."""
-    st = s.hub.room_status(name or s.room_name)
+def room_show(s: Scope, name: RoomArg = None,
+              limit: Annotated[int, typer.Option(
+                  "--limit", "-n", help="At most this many agents (0: all).")] = 100,
+              offset: Annotated[int, typer.Option(
+                  "--offset", help="Skip this many agents (by id).")] = 0):
+    """A room's status: teams, leads, agents (a page at a time in a big room), open
+    tasks, last activity, size."""
+    st = s.hub.room_status(name or s.room_name, offset, limit)
 
     def show():
         print(f"room {paint(st['room'], 'bold')}" + (" (pinned)" if st["pinned"] else ""))
         print(f"  teams:     {'open to all' if st['open'] else ', '.join(st['teams']) or '-'}")
         print(f"  leads:     {', '.join(f'{k}: {v}' for k, v in st['leads'].items()) or '-'}")
         print(f"  agents:    {', '.join(st['agents']) or '-'}")
+        if st["agents_more"]:
+            print(f"             … {st['agents_more']} more of {st['agents_total']}: gitdrop "
+                  f"room show {st['room']} --offset {st['agents_offset'] + len(st['agents'])}")
         print(f"  tasks:     {st['open_tasks']} open of {st['tasks']}")
         print(f"  commits:   {st['commits']}")
         print(f"  last:      {ago(st['last_activity'])}: {st['last']}")

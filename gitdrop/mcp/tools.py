@@ -158,6 +158,7 @@ class AgentInfo(TypedDict):
 
 class Agents(TypedDict):
     agents: list[AgentInfo]
+    more: int               # agents past this page (ask again with offset)
 
 
 class Done(TypedDict):
@@ -329,7 +330,8 @@ class RoomStatus(TypedDict):
     teams: list[str]
     leads: dict[str, str]
     pinned: bool
-    agents: list[str]
+    agents: list[str]       # the first 50 (who pages through all)
+    agents_more: int
     open_tasks: int
     tasks: int
     last_activity: int
@@ -538,11 +540,14 @@ class ToolBox:
         r = self.room.deregister(me)
         return {"agent": r["agent"], "commit": r.get("commit", "")}
 
-    def who(self) -> Agents:
-        """Agents here, with health (healthy <120 s since seen, stale <600 s, else
-        dead)."""
-        return {"agents": [{k: a[k] for k in AgentInfo.__annotations__}
-                           for a in self.room.who()]}
+    def who(self, offset: int = 0) -> Agents:
+        """Agents, 50 a page (healthy <120 s, stale <600 s).
+
+        offset: skip N
+        """
+        r = self.room.who_page(offset, PAGE)
+        return {"agents": [{k: a[k] for k in AgentInfo.__annotations__} for a in r["agents"]],
+                "more": r["more"]}
 
     def set_status(self, status: str, agent_name: str = "") -> Done:
         """Set your status line (shown by who).
@@ -910,7 +915,7 @@ class ToolBox:
 
     def room_status(self, room_name: str = "") -> RoomStatus:
         """A room's teams, leads, agents, task counts."""
-        r = self.hub.room_status(room_name or self.room_name)
+        r = self.hub.room_status(room_name or self.room_name, 0, PAGE)
         return {k: r[k] for k in RoomStatus.__annotations__}
 
     def get_my_rooms(self, team_name: str = "") -> Rooms:
@@ -959,7 +964,8 @@ class ToolBox:
 
     def room_resource(self) -> str:
         self.authorize("")
-        return _json({"status": self.hub.room_status(self.room_name), "agents": self.room.who()})
+        return _json({"status": self.hub.room_status(self.room_name, 0, PAGE),
+                      "agents": self.room.who_page(0, PAGE)["agents"]})
 
 
 def _json(data) -> str:
@@ -972,6 +978,7 @@ def inbox_uri(agent_id: str) -> str:
 
 # Tool name → the profiles that load it. agent: what every agent needs; lead: plus
 # task, handshake and room management; all: everything.
+PAGE = 50   # agents in one answer: a room of thousands stays far below a client's limit
 PROFILES = ("agent", "lead", "all")
 TOOLS = {
     "register": "agent", "who": "agent", "set_status": "agent", "ping": "agent",
