@@ -5,15 +5,38 @@ import os
 import sys
 import time
 
-from . import wal
+from . import model, wal
 from .catfile import CatFile
 from .layout import old_rooms, upgrade_on_push
-from .errors import GitdropError
+from .errors import GitdropError, Refusal
 from .verify import check_commits
 
 
+# Where a server puts the user it authenticated, most trusted first. gitdrop's own
+# servers (gitdrop-shell, gitdrop http) drop all of them from what they pass on and set
+# their own, so a client cannot bring one along.
+IDENTITY_VARS = ("GL_USER", "GITDROP_PUSHER", "REMOTE_USER")
+
+
+def agent_for_login(login: str) -> str:
+    """gitolite user names cannot hold a "/": `team+name` is agent team/name ("+" is in
+    no gitdrop name, so the map is one-to-one). A plain agent id passes as it is."""
+    return login.replace("+", "/", 1) if login.count("+") == 1 else login
+
+
 def pusher() -> str:
-    """The identity the transport authenticated: gitdrop-shell (SSH) or HTTP auth."""
+    """The identity the transport authenticated: gitolite (GL_USER), gitdrop-shell
+    (SSH) or HTTP auth. gitolite sets GL_USER itself from its key file, so nothing a
+    client sends (an accepted SSH variable, a push option) can stand in for it."""
+    if "GL_USER" in os.environ:
+        login = os.environ["GL_USER"]
+        agent = agent_for_login(login)
+        if not model.is_agent_id(agent):
+            raise Refusal("authenticated-pusher", f"the gitolite user {login!r} is not an "
+                          "agent: only keys named team+name.pub push to a gitdrop hub",
+                          "ask the gitolite admin for a key named after your agent, e.g. "
+                          "keydir/core+juno.pub for core/juno (see docs/HOSTING.md)")
+        return agent
     return os.environ.get("GITDROP_PUSHER") or os.environ.get("REMOTE_USER", "")
 
 

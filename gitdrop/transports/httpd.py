@@ -33,6 +33,7 @@ from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..errors import GitdropError, NotFound, UsageError
+from ..hook import IDENTITY_VARS
 
 MAX_BODY = 256 * 1024 * 1024
 CHUNK = 64 * 1024
@@ -192,7 +193,7 @@ class GitApp:
 
     def _backend(self, environ, start_response, user, body, length):
         env = {k: v for k, v in os.environ.items()
-               if k not in ("REMOTE_USER", "GITDROP_PUSHER") and not k.startswith("HTTP_")}
+               if k not in IDENTITY_VARS and not k.startswith("HTTP_")}
         env.update({k: v for k, v in environ.items() if k.startswith("HTTP_") and
                     k != "HTTP_AUTHORIZATION" and isinstance(v, str)})
         env.update({

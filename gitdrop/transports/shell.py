@@ -14,6 +14,7 @@ import shlex
 import sys
 
 from .. import model, wal
+from ..hook import IDENTITY_VARS
 
 ALLOWED = {"git-upload-pack": "upload-pack", "git-receive-pack": "receive-pack",
            "git upload-pack": "upload-pack", "git receive-pack": "receive-pack"}
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         wal.ensure(hub)   # after a crash: replay the log before git serves anything
     except OSError as e:
         return _fail(f"cannot open the hub's log: {e}")
-    env = {k: v for k, v in os.environ.items() if k not in ("REMOTE_USER", "GITDROP_PUSHER")}
+    env = {k: v for k, v in os.environ.items() if k not in IDENTITY_VARS}
     env["GITDROP_PUSHER"] = agent
     try:
         os.execvpe(cmd[0], cmd, env)
