@@ -124,6 +124,44 @@ def test_writes_queue_offline_and_sync_in_order(served, tmp_path):
     assert h.store.take_queued() == [] and texts(served.hub)[-1] == "four"
 
 
+def test_a_team_and_a_room_made_offline_land_in_order(served, tmp_path):
+    h = client(served, tmp_path)
+    served.stop()
+    h.register_team("core", "core/juno", ["core/kai"], by="core/juno")   # the hub branch
+    h.create_room("core/juno", "dev", ["core"])                          # a new room branch
+    h.room("dev").register("core/juno", ["lead"])
+    assert [e["ref"] for e in h.store.take_queued()] == [
+        "refs/heads/hub", "refs/heads/rooms/dev", "refs/heads/rooms/dev"]
+    assert served.hub.team("core")["members"] == ["core/juno"]   # not yet on the hub
+    served.start()
+    r = h.store.sync()
+    assert len(r["synced"]) == 3 and r["refused"] == []
+    assert served.hub.team("core")["members"] == ["core/juno", "core/kai"]
+    assert [op for _, op in served.hub.verify("dev")] == ["room-create", "register"]
+
+
+def test_what_a_kill_while_queueing_leaves_is_harmless(served, tmp_path):
+    """A queued write is a ref, then its file written whole (temporary file, rename):
+    a process killed between the two, or while writing the file, leaves a ref
+    without a file or a temporary file, and neither is sent nor blocks the queue."""
+    h = client(served, tmp_path)
+    served.stop()
+    h.room("lobby").send("core/spartan", "core/kai", "kept")
+    [entry] = h.store.queue.entries()
+    import pygit2
+    h.store.repo.references.create("refs/gitdrop/queue/00000002", pygit2.Oid(hex=entry["commit"]))
+    with open(os.path.join(h.store.queue.dir, "00000003.json.tmp"), "w") as f:
+        f.write('{"id": 3, "ref": "refs/heads/rooms/lo')
+    assert [e["id"] for e in h.store.queue.entries()] == [1]
+    assert h.store.queue.add("refs/heads/rooms/lobby", entry["commit"], "", "x", "y")["id"] == 3
+    h.store.queue.remove(3)
+    served.start()
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1] and r["queued"] == []
+    assert texts(served.hub) == ["kept"]
+    assert not [n for n in h.store.repo.references if n.startswith("refs/gitdrop/queue/")]
+
+
 def test_one_refused_at_sync_is_reported_and_left(served, tmp_path):
     tid = served.hub.room("lobby").create_task("core/juno", "the one task")["id"]
     h = client(served, tmp_path)

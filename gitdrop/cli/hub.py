@@ -233,9 +233,13 @@ def room_export(s: Scope, name: Annotated[str, typer.Argument(help="The room.")]
     """Write a room to one file (a git bundle): its whole history and the team
     registry entries its teams need, for gitdrop room import on another hub."""
     from ..bundle import export
-    if hasattr(s.hub.store, "refresh"):
-        s.hub.store.refresh(force=True)   # a remote hub: its newest state
-    r = export(s.hub.store, name, file)
+    store = s.hub.store
+    if hasattr(store, "refresh"):
+        store.refresh(force=True)   # a remote hub: its newest state
+        if any(e["ref"] == store.room_ref(name) for e in store.queue.pending()):
+            raise UsageError(f"room {name} has writes queued here that the hub has not "
+                             "taken yet", "send them first (gitdrop sync), then export")
+    r = export(store, name, file)
     s.emit(r, f"room {name} (tip {short_id(r['tip'])}, teams: {', '.join(r['teams']) or 'none'}) "
               f"written to {r['file']}\nnext: gitdrop --hub OTHER room import {file}")
 

@@ -40,6 +40,8 @@ HUB_TIPS = "refs/gitdrop/tips/"
 # RACE_SECONDS have passed.
 RACE_SECONDS = float(os.environ.get("GITDROP_RACE_SECONDS", "8"))
 BACKOFF_BASE, BACKOFF_CAP = 0.05, 1.0
+# Working offline, a read tries the hub again after this many seconds.
+OFFLINE_RETRY = 5.0
 # Re-dated at sync when older than this: the hub takes commits dated near its clock.
 REDATE_AFTER = 60
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
@@ -159,7 +161,8 @@ class RemoteStore(Store):
                 if not (self.offline or self.queue.entries()):
                     raise
                 self.unreachable = True
-                self._fetched = time.monotonic()   # not again for every read of this verb
+                # not again for every read: a host that does not answer costs a timeout
+                self._fetched = time.monotonic() + max(0.0, OFFLINE_RETRY - self.fresh)
 
     def _fetch(self, refspecs=REFSPECS) -> None:
         # A ref with writes still queued keeps them: the fetch leaves it alone.
@@ -289,7 +292,7 @@ class RemoteStore(Store):
         mirror older than this write is checked again on a fresh fetch: only the
         hub's latest state may refuse (the hook's own verdict is final)."""
         if len(args) < 3:   # the time budget bounds the retries, not a count
-            kwargs.setdefault("tries", 10_000)
+            kwargs.setdefault("tries", 1000)
         with self.locked(), self._race():
             start = time.monotonic()
             try:
@@ -308,7 +311,7 @@ class RemoteStore(Store):
 
     def write_many(self, ref, ops, *args, **kwargs):
         if len(args) < 3:
-            kwargs.setdefault("tries", 10_000)
+            kwargs.setdefault("tries", 1000)
         with self.locked(), self._race():
             return super().write_many(ref, ops, *args, **kwargs)
 
