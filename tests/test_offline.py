@@ -162,6 +162,37 @@ def test_what_a_kill_while_queueing_leaves_is_harmless(served, tmp_path):
     assert not [n for n in h.store.repo.references if n.startswith("refs/gitdrop/queue/")]
 
 
+def test_writers_killed_at_random_moments_lose_no_acknowledged_write(served, tmp_path):
+    """Offline writers killed with SIGKILL at random moments: each write that was
+    answered (exit 0, queued) reaches the hub once, in order; one that was not may
+    or may not, but never twice; and the queue is never left in the way."""
+    import random
+    cli(served, tmp_path, "who")                      # the mirror, while the hub is up
+    served.stop()
+    env = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
+    acked, whole = [], 0.0
+    rng = random.Random(7)
+    for i in range(6):
+        start = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "send",
+                              "core/kai", "-m", f"w{i}", "--as", "core/spartan"], cwd=ROOT,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if i:   # the first runs whole: how long a write takes here; the others die within it
+            time.sleep(rng.uniform(0.6, 1.0) * whole)
+            if p.poll() is None:
+                p.kill()
+        p.wait(30)
+        whole = whole or time.monotonic() - start
+        if p.returncode == 0:
+            acked.append(f"w{i}")
+    served.start()
+    r = RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
+    assert r["refused"] == [] and r["queued"] == []
+    got = texts(served.hub)
+    assert len(got) == len(set(got)) and got == sorted(got)       # once each, in order
+    assert set(acked) <= set(got) <= {f"w{i}" for i in range(6)}
+
+
 def test_one_refused_at_sync_is_reported_and_left(served, tmp_path):
     tid = served.hub.room("lobby").create_task("core/juno", "the one task")["id"]
     h = client(served, tmp_path)
