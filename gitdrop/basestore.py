@@ -139,7 +139,8 @@ class BaseStore:
         finally:
             # After the turn: the next writer builds while this one's record syncs.
             for w in synced:
-                w.sync()
+                if w.unsynced is not None and not writequeue.sync_later(w):
+                    w.sync()
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
 

@@ -12,6 +12,7 @@ of the lock with its last file descriptor.
 """
 
 import _thread
+import contextvars
 import os
 import time
 
@@ -24,6 +25,7 @@ except ImportError:   # not POSIX: compare-and-swap alone
 STATS = {"writes": 0, "retries": 0, "waited": 0.0}
 _FILES: dict = {}     # lock path -> (pid, thread lock, fd)
 _GUARD = _thread.allocate_lock()
+_LATER: contextvars.ContextVar = contextvars.ContextVar("gitdrop_sync_later", default=None)
 
 
 def _lock_path(git_dir: str, ref: str) -> str:
@@ -73,3 +75,33 @@ class Turn:
             finally:
                 threads.release()
         return False
+
+
+class SyncLater:
+    """`with SyncLater() as writers:` the writes made inside return before their
+    records are synced, and `writers` holds them: for a server on an event loop,
+    which answers the call only after `sync_all(writers)` ran on a thread, and
+    meanwhile serves other calls (whose syncs that one fdatasync may cover)."""
+
+    def __enter__(self) -> list:
+        self.writers: list = []
+        self.token = _LATER.set(self.writers)
+        return self.writers
+
+    def __exit__(self, kind, value, tb):
+        _LATER.reset(self.token)
+        return False
+
+
+def sync_later(writer) -> bool:
+    """Hand `writer`'s sync to the enclosing SyncLater, if any."""
+    later = _LATER.get()
+    if later is None:
+        return False
+    later.append(writer)
+    return True
+
+
+def sync_all(writers) -> None:
+    for w in writers:
+        w.sync()

@@ -40,6 +40,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import tools as mcp_tools
 from ..errors import GitdropError
+from ..writequeue import SyncLater, sync_all
 from .tools import CALLER, ToolBox, inbox_uri
 
 logger = logging.getLogger("gitdrop.mcp")
@@ -314,7 +315,8 @@ class ToolCalls:
         self.tools = {name: (getattr(box, name), Params(getattr(box, name))) for name in names}
 
     async def __call__(self, ctx, params: CallToolRequestParams) -> dict:
-        return _complete(ctx, self.call(params.name, params.arguments or {}))
+        return _complete(ctx, await durable_call(self.call, params.name,
+                                                 params.arguments or {}))
 
     def unknown(self, name: str) -> str:
         """Unknown here; a tool of a larger profile says which and how to get it."""
@@ -489,6 +491,17 @@ def _answerable(ctx) -> bool:
             and getattr(connection, "initialize_accepted", False) is True)
 
 
+async def durable_call(fn, *args):
+    """fn(*args), a tool call, answered once its writes are durable. Their syncs are
+    awaited on a thread, not on the event loop: the loop serves other calls
+    meanwhile, and one fdatasync covers the writes of all of them (group commit)."""
+    with SyncLater() as writers:
+        result = fn(*args)
+    if writers:
+        await anyio.to_thread.run_sync(sync_all, writers)
+    return result
+
+
 def answer(calls: ToolCalls, params: dict, version: str, stamp) -> dict:
     """The wire result of a plain tools/call, as the SDK's pipeline shapes it
     (tests/test_mcp_units.py checks it against the SDK's own result surface)."""
@@ -524,7 +537,8 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
                                    "token (Authorization: Bearer <token>; register gives it)")
                 listener = _LISTENER.set(caller.agent)
             if _answerable(ctx):
-                return answer(calls, ctx.params, ctx.protocol_version, stamp)
+                return await durable_call(answer, calls, ctx.params, ctx.protocol_version,
+                                          stamp)
             return await call_next(ctx)
         finally:
             if listener is not None:
