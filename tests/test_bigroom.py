@@ -365,3 +365,17 @@ def test_two_processes_opening_an_old_hub_at_once_move_it_once(tmp_path, monkeyp
     for p in procs:
         assert p.wait(60) == 0, p.stderr.read().decode()
     assert_moved(path, kept)
+
+
+def test_the_bucket_is_the_documented_shell_one_liner():
+    doc = open(os.path.join(ROOT, "docs", "PROTOCOL.md")).read()
+    assert f"# {model.bucket('spartan')}: {model.agent_path('core/spartan')}" in doc
+    assert f"# {model.bucket(42)}: {model.task_path(42)}" in doc
+    for name in ("spartan", "42", "a-b.c_9", "x" * 40):
+        p = subprocess.run(["bash", "-c", f"printf %s {name} | sha1sum | cut -c1-2"],
+                           capture_output=True, text=True, check=True)
+        assert p.stdout.strip() == model.bucket(name)
+    # a path in the wrong bucket is no path gitdrop knows, and the rules name the right one
+    wrong = "agents/core/00/spartan.toml"
+    assert model.kind_of(wrong) == ("", "") and model.misplaced(wrong) == model.agent_path(
+        "core/spartan")
