@@ -18,10 +18,10 @@ from conftest import git
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cli(hub_path, *args, ok=True):
+def cli(hub_path, *args, ok=True, env=None):
     p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", hub_path, "--json", *args],
                        capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, NO_COLOR="1"))
+                       env=dict(os.environ, NO_COLOR="1", **(env or {})))
     doc = json.loads(p.stdout) if p.stdout.strip() else {}
     assert (p.returncode == 0) is ok, (p.returncode, p.stdout, p.stderr)
     return doc, p
@@ -163,3 +163,16 @@ def test_a_team_led_by_someone_else_here_is_refused(source, tmp_path):
     refused, _ = cli(b.path, "room", "import", bundle, ok=False)
     assert refused["rule"] == "lead-only" and "core/other" in refused["reason"]
     assert state(b.path) == before
+
+
+def test_export_from_a_url_and_import_only_on_the_hubs_machine(source, tmp_path):
+    b = hubmod.init(str(tmp_path / "b.git"))
+    env = {"GITDROP_CACHE": str(tmp_path / "cache")}
+    bundle = str(tmp_path / "dev.bundle")
+    out, _ = cli("file://" + source.path, "room", "export", "dev", bundle, env=env)
+    assert out["tip"] == source.store.room_tip("dev")
+    refused, p = cli("file://" + b.path, "room", "import", bundle, ok=False, env=env)
+    assert p.returncode == 2 and "hub's machine" in refused["reason"]
+    assert b.store.tip("refs/heads/rooms/dev") == ""
+    cli(b.path, "room", "import", bundle)
+    assert log(b.path) == log(source.path)
