@@ -289,6 +289,38 @@ def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_a
     git("fsck", "--no-progress", cwd=served.hub.path)
 
 
+def test_racing_writers_on_their_own_mirrors_all_land(served, tmp_path):
+    """Three machines send at once: git rejects the pushes that lost, each is redone
+    on the fetched tip after a jittered pause, and every message lands once."""
+    import threading
+    for who in ("core/ada", "core/zed"):
+        served.hub.room("lobby").register(who)
+    senders = ("core/spartan", "core/kai", "core/ada")
+    hubs = [RemoteHub(served.url, cache=str(tmp_path / f"m{i}"), fresh=0.0, offline=False)
+            for i in range(3)]
+    errors, go = [], threading.Barrier(3)
+
+    def run(h, who):
+        try:
+            go.wait()
+            for i in range(3):
+                h.room("lobby").send(who, "core/zed", f"{who} {i}")
+        except Exception as e:   # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=a) for a in zip(hubs, senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    got = texts(served.hub, "core/zed")
+    assert sorted(got) == sorted(f"{w} {i}" for w in senders for i in range(3))
+    for w in senders:   # each sender's own messages in the order it sent them
+        assert [t for t in got if t.startswith(w)] == [f"{w} {i}" for i in range(3)]
+    assert sum(h.store.lost_races for h in hubs) >= 1
+    assert [op for _, op in served.hub.verify("lobby")][-9:] == ["send"] * 9
+
+
 def test_lost_races_back_off_then_conflict(served, tmp_path, monkeypatch):
     h = client(served, tmp_path, offline=False)
     monkeypatch.setattr(remote, "RACE_SECONDS", 1.0)
