@@ -9,7 +9,7 @@ settings: fsck of incoming objects, fsync of objects and refs). The floor is a
 copy of that hub with the hook removed, so the difference is the hook alone; a
 bare repository with git's defaults is shown for reference. Each push carries
 one commit made by hand (no trailers: the hook infers "task-create" from the
-new tasks/<id>.md), pushed with `git push` over the local transport; the same
+new tasks/<xx>/<id>.md), pushed with `git push` over the local transport; the same
 commit goes to every target, in alternating order.
 """
 
@@ -38,14 +38,18 @@ def git(*args, **kw):
 
 
 def task_commit(client: pygit2.Repository, parent, tid: int, now: int):
-    """A commit made by hand: a new tasks/<tid>.md, no Gitdrop trailers."""
+    """A commit made by hand: a new tasks/<xx>/<tid>.md, no Gitdrop trailers."""
     doc = model.with_defaults("task", {"id": str(tid), "title": f"pushed task {tid}",
                                        "creator": AGENT, "created": now, "updated": now})
     text = render_file("task", doc, f"Task {tid}, pushed with plain git.")
     base = client[parent].tree
+    xx = model.bucket(tid)
     tasks = base["tasks"] if "tasks" in base else None
     tb = client.TreeBuilder(client[tasks.id]) if tasks is not None else client.TreeBuilder()
-    tb.insert(f"{tid}.md", client.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB)
+    bucket = client[tasks.id][xx] if tasks is not None and xx in client[tasks.id] else None
+    bb = client.TreeBuilder(client[bucket.id]) if bucket is not None else client.TreeBuilder()
+    bb.insert(f"{tid}.md", client.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB)
+    tb.insert(xx, bb.write(), pygit2.GIT_FILEMODE_TREE)
     root = client.TreeBuilder(base)
     root.insert("tasks", tb.write(), pygit2.GIT_FILEMODE_TREE)
     sig = pygit2.Signature(AGENT, "carol@bench.gitdrop", now, 0)
