@@ -62,14 +62,29 @@ def upgrade(store, rooms=None, now: int | None = None) -> dict[str, str]:
 
 
 def old_rooms(reader, updates) -> list[str]:
-    """The rooms a push [(old, new, ref)] updates whose tip is in an older layout."""
+    """The rooms a push [(old, new, ref)] updates whose tip is in an older layout,
+    but for a push that brings the move itself (its first commit is a room-layout
+    one: the rules judge it like any other)."""
     out = []
-    for old, _new, ref in updates:
+    for old, new, ref in updates:
         room = ref[len(model.ROOM_PREFIX):]
         if ref.startswith(model.ROOM_PREFIX) and model.is_name(room) and old.strip("0") and \
-                RoomView(reader, reader.commit(old).tree, old, room).layout < model.LAYOUT:
+                RoomView(reader, reader.commit(old).tree, old, room).layout < model.LAYOUT \
+                and not _first_is_move(reader, old, new):
             out.append(room)
     return out
+
+
+def _first_is_move(reader, old: str, new: str, limit: int = 10000) -> bool:
+    oid = new
+    for _ in range(limit):
+        if not oid.strip("0"):
+            return False
+        c = reader.commit(oid)
+        if c.parent == old:
+            return c.op == OP
+        oid = c.parent
+    return False
 
 
 def upgrade_on_push(store, rooms) -> None:

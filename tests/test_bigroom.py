@@ -11,16 +11,12 @@ import sys
 import time
 
 import anyio
-import pygit2
 import pytest
 from mcp import Client, StdioServerParameters
 
 from gitdrop import fmt, layout, model
 from gitdrop import hub as hubmod
 from gitdrop.basestore import identity
-from gitdrop.errors import Refusal
-from gitdrop.store import Reader
-from gitdrop.verify import check_commits
 
 from conftest import git, refused_rule
 from mcp_helpers import Agent
@@ -312,10 +308,11 @@ def test_a_push_to_an_old_room_moves_it_and_is_told_to_fetch(tmp_path, monkeypat
         git("reset", "-q", "--hard", "HEAD~", cwd=work)
 
 
-def test_a_forged_layout_move_is_refused(tmp_path, monkeypatch):
-    """Only an unchanged move of every file passes as room-layout: a move that edits
-    a file, drops a task or is made by an agent is refused (by the checks the hook
-    and gitdrop verify run, on the forged commit on top of the old room)."""
+def test_a_pushed_layout_move_is_judged_and_only_an_honest_one_passes(tmp_path, monkeypatch):
+    """A push that brings the move itself is judged by the rules (the hook does not
+    move the room first): a move that edits a file, drops a task or is made by an
+    agent is refused by rule layout; an unchanged move of every file by hub/admin
+    goes in."""
     path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
     work = str(tmp_path / "work")
     git("clone", "-q", "-b", "rooms/old", path, work)
@@ -340,21 +337,18 @@ def test_a_forged_layout_move_is_refused(tmp_path, monkeypatch):
             f.write(f"layout = {model.LAYOUT}\n")
         git("add", "-A", cwd=work)
         git("commit", "-q", "-m", f"move\n\nGitdrop-Op: {layout.OP}", cwd=work)
-        repo = pygit2.Repository(work)
-        try:
-            check_commits(Reader(repo), model.ROOM_PREFIX + "old", kept["tip"],
-                          str(repo.head.target))
-        except Refusal as e:
-            return e
-        return None
+        return git("push", "origin", "HEAD:rooms/old", cwd=work, check=False)
 
-    assert forge(layout.MOVER) is None   # the honest move passes
     for args, says in (((layout.MOVER, "core/kai"), "is not an unchanged move"),
                        ((layout.MOVER, None, model.task_path(kept["t2"], 1)), "is deleted"),
                        (("core/juno",), "may not move a room's files")):
-        e = forge(*args)
-        assert e is not None and e.rule == "layout" and says in e.reason, (args, e)
-        assert e.fix and e.commit
+        p = forge(*args)
+        assert p.returncode != 0 and refused_rule(p.stderr) == "layout", p.stderr
+        assert says in p.stderr and "fix:" in p.stderr, p.stderr
+        assert not moves(path)   # the room is untouched
+    p = forge(layout.MOVER)
+    assert p.returncode == 0, p.stderr
+    assert_moved(path, kept)
 
 
 def test_two_processes_opening_an_old_hub_at_once_move_it_once(tmp_path, monkeypatch):
