@@ -160,10 +160,10 @@ class RoomView:
         """{task id: blob id} of every task file, from the directory listings alone
         (a reader with tree() and _entry())."""
         out = {}
-        for d, names in self._dirs("tasks"):
-            for n in names:
+        for listing in self._dirs("tasks"):
+            for n, (_mode, oid) in listing.items():
                 if n.endswith(".md"):
-                    out[n[:-3]] = self.reader.tree(d)[n][1]
+                    out[n[:-3]] = oid
         return out
 
     def _files(self, directory: str, ext: str) -> list[str]:
@@ -176,14 +176,15 @@ class RoomView:
             out.extend(n[:-len(ext)] for n in self.names(f"{directory}/{b}") if n.endswith(ext))
         return sorted(out)
 
-    def _dirs(self, directory: str):
-        """(tree id, entry names) of each directory holding the files of `directory`."""
+    def _dirs(self, directory: str) -> list[dict]:
+        """The listing {name: (mode, oid)} of each directory holding the files of
+        `directory`: itself (layout 1) or each of its buckets."""
         entry = self.reader._entry(self.tree, directory) if self.tree is not None else None
         if entry is None:
             return []
         if self.layout == 1:
-            return [(entry[1], self.reader.tree(entry[1]))]
-        return [(sub, self.reader.tree(sub)) for _n, (is_tree, sub) in
+            return [self.reader.tree(entry[1])]
+        return [self.reader.tree(sub) for _n, (is_tree, sub) in
                 sorted(self.reader._kinds(entry[1]).items()) if is_tree]
 
     def handshake(self, hid) -> tuple[dict, str] | None:
