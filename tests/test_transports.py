@@ -430,7 +430,7 @@ def test_a_room_cannot_be_forged_through_any_door(served, team, tmp_path):
     git("config", "user.email", "admin@example.org", cwd=path)
     (path / "room.toml").write_text(
         f'name = "{name}"\ncreated = {int(time.time())}\nopen = false\nteams = ["core"]\n'
-        'pinned = false\n\n[leads]\ncore = "core/mallory"\n')
+        f'pinned = false\nlayout = {model.LAYOUT}\n\n[leads]\ncore = "core/mallory"\n')
     git("add", "-A", cwd=path)
     git("commit", "-q", "-m", "room\n\nGitdrop-Op: room-create", cwd=path)
     url = served.url("core/juno")
