@@ -318,8 +318,8 @@ def load_run(served, work: str, machines: int = 3, per_machine: int = 10, sends:
                     out = ("landed", job()["commit"])
                 except Refusal as e:
                     out = ("refused", e.rule)
-                except Conflict as e:
-                    out = ("lost", f"gave up {reruns + 1} times: {e}")
+                except Conflict as e:   # nothing written; the message says to run it again
+                    out = ("gave up", f"{reruns + 1} times: {e}")
                     continue
                 except Exception as e:   # noqa: BLE001 - what the run must never see
                     out = ("lost", f"{type(e).__name__}: {e}")
@@ -346,6 +346,7 @@ def load_run(served, work: str, machines: int = 3, per_machine: int = 10, sends:
         "landed": [x for x in results if x[3] == "landed"],
         "missing": [x for x in results if x[3] == "landed" and x[4] not in log],
         "refused": refused, "lost": [x for x in results if x[3] == "lost"],
+        "gave_up": [x for x in results if x[3] == "gave up"],
         "retries": sum(c.store.lost_races for c in clients.values()),
         "reruns": sum(x[5] for x in results),
         "p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": max(lat, default=0),
@@ -357,7 +358,7 @@ def summary(s: dict) -> str:
     landed = len(s["landed"])
     return (f"{s['server']}: {s['machines']} machines x {s['agents'] // s['machines']} agents, "
             f"{s['writes']} writes ({landed} landed, refused {s['refused'] or 0}, "
-            f"lost {len(s['lost'])}) in {s['wall']:.1f} s = {landed / s['wall']:.1f} writes/s; "
+            f"gave up {len(s['gave_up'])}, lost {len(s['lost'])}) in {s['wall']:.1f} s = {landed / s['wall']:.1f} writes/s; "
             f"latency p50 {s['p50'] * 1000:.0f} ms, p99 {s['p99'] * 1000:.0f} ms, "
             f"max {s['max'] * 1000:.0f} ms; {s['retries']} pushes redone after a lost race, "
             f"{s['reruns']} commands run again after the client gave up")

@@ -131,6 +131,7 @@ def test_three_machines_of_ten_agents_at_once(served, tmp_path, capsys):
     agents = load_agents(MACHINES, PER_MACHINE)
     assert s["writes"] == s["expected"] == len(agents) * (SENDS + 1)
     assert not s["lost"], s["lost"]            # nothing failed without a rule
+    assert not s["gave_up"], s["gave_up"]      # nor kept failing to get its turn
     assert not s["missing"], s["missing"]      # every accepted write is on the hub
     # each wanted task went to exactly one agent; the others were told by the rule
     assert s["refused"] == {"task-state-machine": len(agents) - len(s["tasks"])}, s["refused"]
