@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from gitdrop import hook, model
+from gitdrop import hub as hubmod
 from gitdrop.errors import Refusal
 
 from conftest import Clone, git, refused_rule
@@ -155,3 +156,33 @@ def test_the_login_map(monkeypatch):
         with pytest.raises(Refusal) as e:
             hook.pusher()
         assert e.value.rule == "authenticated-pusher" and "keydir/" in e.value.fix
+
+
+def test_gitdrop_shell_drops_a_smuggled_gitolite_user(tmp_path):
+    """gitdrop-shell names the pusher; a GL_USER that reached it from the client (an
+    sshd that accepts any variable) must not reach the hook, where it would win."""
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    for agent in AGENTS:
+        h.room("lobby").register(agent)
+    # what sshd does for a key with command="gitdrop-shell core/juno": the request in
+    # SSH_ORIGINAL_COMMAND, plus whatever variables the client sent
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f"""#!/bin/sh
+while [ "$#" -gt 1 ]; do shift; done
+SSH_ORIGINAL_COMMAND="$1" GL_USER=core+spartan GITDROP_PUSHER=core/spartan \\
+    exec {sys.executable} -m gitdrop.transports.shell --hub {h.path} core/juno
+""")
+    ssh.chmod(0o755)
+    env = {"GIT_SSH_COMMAND": str(ssh), "PYTHONPATH": ROOT}
+    c = Clone(h.path, tmp_path / "c", "lobby", "core/spartan")
+    git("remote", "set-url", "origin", f"ssh://hub.example.org{h.path}", cwd=c.path)
+    c.write(model.task_path(5), task_file(5, "core/spartan")).commit("task 5, as spartan")
+    p = git("push", "origin", "HEAD:rooms/lobby", cwd=c.path, env=env, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "authenticated-pusher", p.stderr
+    assert "authenticated as core/juno" in p.stderr
+    c.as_("core/juno")
+    git("reset", "-q", "--hard", "HEAD~", cwd=c.path)
+    c.write(model.task_path(5), task_file(5, "core/juno")).commit("task 5")
+    p = git("push", "origin", "HEAD:rooms/lobby", cwd=c.path, env=env, check=False)
+    assert p.returncode == 0, p.stderr   # the same door, as itself
+    assert h.store.room_tip("lobby") == c.head()
