@@ -8,7 +8,7 @@ just-claimed task fails naming the winner), and a refusal by the hook comes back
 as the same Refusal while the local ref is put back.
 
 A push that loses a race is retried with exponential backoff and full jitter for
-a bounded time (GITDROP_RACE_SECONDS) before a Conflict. With GITDROP_OFFLINE=queue
+a bounded time (GITDROP_RACE_SECONDS, and at least 12 tries) before a Conflict. With GITDROP_OFFLINE=queue
 a write the hub cannot take (unreachable) stays in the mirror, queued
 (transports/queue.py), and reads fall back to the mirror; `sync` pushes the queue
 in order, each write rebased onto the hub's tip and checked again.
@@ -37,8 +37,10 @@ REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*")
 HUB_TIPS = "refs/gitdrop/tips/"
 # A lost push race: retried after a sleep drawn from [0, min(CAP, BASE * 2**n)]
 # (full jitter: racing writers spread out instead of colliding again) until
-# RACE_SECONDS have passed.
-RACE_SECONDS = float(os.environ.get("GITDROP_RACE_SECONDS", "8"))
+# RACE_SECONDS have passed and at least RACE_TRIES pushes were lost: a slow server
+# (seconds a push) gets as many tries as a fast one.
+RACE_SECONDS = float(os.environ.get("GITDROP_RACE_SECONDS", "30"))
+RACE_TRIES = 12
 BACKOFF_BASE, BACKOFF_CAP = 0.05, 1.0
 # Working offline, a read tries the hub again after this many seconds.
 OFFLINE_RETRY = 5.0
@@ -235,13 +237,12 @@ class RemoteStore(Store):
             race = self._local.race = [time.monotonic(), 0]
         race[1] += 1
         spent = time.monotonic() - race[0]
-        if spent >= RACE_SECONDS:
+        if spent >= RACE_SECONDS and race[1] >= RACE_TRIES:
             raise Conflict(f"{ref} on {public_url(self.url)} kept moving: {race[1]} pushes "
                            f"lost the race to other writers in {spent:.1f}s; nothing of "
                            "yours was written", "the room is busy: run the same command "
                            "again in a few seconds (it is rebuilt on the newest state)")
-        pause = min(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** race[1])),
-                    RACE_SECONDS - spent)
+        pause = random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** race[1]))
         self.backoff += pause
         time.sleep(pause)
 
