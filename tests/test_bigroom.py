@@ -6,6 +6,7 @@ the old flat layout moves them when it opens (CLI, MCP server, a push), once."""
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -377,3 +378,37 @@ def test_the_bucket_is_the_documented_shell_one_liner():
     wrong = "agents/core/00/spartan.toml"
     assert model.kind_of(wrong) == ("", "") and model.misplaced(wrong) == model.agent_path(
         "core/spartan")
+
+
+def test_a_client_through_a_url_writes_to_an_old_room_as_the_hub_moves_it(tmp_path, monkeypatch):
+    """The hub's hook moves an old room when a push arrives and refuses that push;
+    a gitdrop client through a URL builds its write again on the moved room, so
+    its caller sees no refusal."""
+    from gitdrop.transports.remote import RemoteHub
+    path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
+                               f"--port={port}", f"--base-path={tmp_path}", "--export-all",
+                               "--enable=receive-pack", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "git daemon did not listen"
+                time.sleep(0.05)
+        client = RemoteHub(f"git://127.0.0.1:{port}/hub.git", cache=str(tmp_path / "cache"),
+                           fresh=0.0)
+        sent = client.room("old").send("core/kai", "core/juno", "on it")
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+    assert len(moves(path)) == 1
+    got = hubmod.Hub(path).room("old").inbox("core/juno", peek=True, limit=0)["messages"]
+    assert [m["text"] for m in got if m["op"] == "send"][-1] == "on it"
+    assert hubmod.Hub(path).store.room_tip("old") == sent["commit"]
