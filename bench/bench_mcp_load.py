@@ -84,7 +84,11 @@ def client(url: str, names: list, tokens_: dict, n: int, peers: int, go, out) ->
                 tg.start_soon(one, name, int(name[-2:]), res)
         return res
 
-    out.put(anyio.run(main))
+    got = anyio.run(main)
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    got["_cpu"] = ru.ru_utime + ru.ru_stime
+    out.put(got)
 
 
 def free_port() -> int:
@@ -111,6 +115,13 @@ def serve(path: str, port: int) -> subprocess.Popen:
             if p.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the server did not start: " + p.stderr.read().decode()[-2000:])
             time.sleep(0.05)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def core_baseline(path: str, agents: int, n: int) -> dict:
@@ -173,12 +184,16 @@ def main() -> None:
         for p in ps:
             p.start()
         time.sleep(3)    # sessions open (each agent read its inbox once)
+        server_cpu = cpu_seconds(server.pid)
         t = time.perf_counter()
         go.set()
-        res = {}
+        res, client_cpu_all = {}, 0.0
         for _ in ps:
-            res.update(out.get())
+            got = out.get()
+            client_cpu_all += got.pop("_cpu")
+            res.update(got)
         elapsed = time.perf_counter() - t
+        server_cpu = cpu_seconds(server.pid) - server_cpu
         for p in ps:
             p.join()
     finally:
@@ -199,6 +214,9 @@ def main() -> None:
           f"their recipients; {retried} sends refused for unread mail and sent again")
     print(f"{calls} calls in {elapsed:.1f} s: {calls / elapsed:.0f} calls/s, "
           f"{want / elapsed:.0f} messages/s")
+    print(f"CPU per call: the server {server_cpu / calls * 1e3:.2f} ms, the SDK clients "
+          f"{client_cpu_all / calls * 1e3:.2f} ms (whole client processes); 2 cores are "
+          f"{2 * elapsed / calls * 1e3:.2f} ms per call")
     print(line("send (MCP over HTTP)", sends, base["send"]))
     print(line("check_inbox (MCP over HTTP)", reads, base["check_inbox"]))
     print(line("all calls", sends + reads))
