@@ -1,7 +1,11 @@
 """Shared fixtures: a real hub with the real hooks, and clones that push to it."""
 
+import fcntl
 import os
+import random
+import socket
 import subprocess
+import threading
 
 import pygit2
 import pytest
@@ -11,6 +15,130 @@ from gitdrop import model
 from gitdrop.errors import Refusal
 from gitdrop.store import Reader
 from gitdrop.verify import check_commits
+
+
+# --- running in parallel (pytest-xdist) ------------------------------------------------
+
+WORKERS_CAP = 4   # 2 a core: most tests wait on processes, sleeps and IO, not the CPU
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (addopts): two workers a core, at most WORKERS_CAP; for test files
+    named on the command line no more than one a file, and none for one file (starting
+    workers would cost more than it saves). PYTEST_XDIST_AUTO_NUM_WORKERS, or -n N,
+    still decide."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    n = min(WORKERS_CAP, 2 * len(os.sched_getaffinity(0)))
+    files = {a.split("::")[0] for a in config.args}
+    if all(os.path.isfile(f) for f in files):
+        n = min(n, len(files))
+    return n if n > 1 else 0
+
+
+TERMINAL_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["terminal_vars"] = {k: os.environ.get(k) for k in TERMINAL_VARS}
+
+
+def pytest_configure(config):
+    """A worker's readline exports COLUMNS=80 and LINES=24 (it has no terminal), and the
+    commands the tests start would format to them: the run's own values instead."""
+    for k, v in getattr(config, "workerinput", {}).get("terminal_vars", {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def pytest_collection_modifyitems(items):
+    """The tests marked alone queue on one worker (see pytest_runtest_protocol)."""
+    for item in items:
+        if item.get_closest_marker("alone") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("alone"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """A test marked alone (it measures a latency or a wait that other tests' load would
+    stretch) runs, fixtures and all, while no other test of the run does; the others
+    share. A readers-writer lock of the run's workers, whose --basetemp is one directory
+    each in the run's: the gate holds new tests back while an alone one waits for the
+    running ones to end."""
+    basetemp = item.config.option.basetemp
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        yield
+        return
+    run = os.path.dirname(os.path.abspath(basetemp))
+    alone = item.get_closest_marker("alone") is not None
+    with open(os.path.join(run, "alone.gate"), "a") as gate, \
+            open(os.path.join(run, "alone.lock"), "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _own_remote_cache(tmp_path_factory, monkeypatch):
+    """Each test its own GITDROP_CACHE (remote hubs' mirrors), never ~/.gitdrop/remotes:
+    tests in parallel, or a stale mirror of an earlier run, would share one."""
+    monkeypatch.setenv("GITDROP_CACHE", str(tmp_path_factory.mktemp("remotes")))
+
+
+_ports_lock = threading.Lock()
+_ports = None
+
+
+def _port_slice() -> range:
+    """Ports below the kernel's ephemeral range (which neither bind(0) nor an outgoing
+    connection takes from), one slice per xdist worker: no two workers pick the same."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = min(int(f.read().split()[0]), 32768)
+    except (OSError, ValueError, IndexError):
+        top = 32768
+    base = 10000 if top - 10000 >= 4000 else 1024
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    n = int(worker) if worker.isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), n + 1)
+    size = (top - base) // count
+    return range(base + n * size, base + (n + 1) * size)
+
+
+def _candidates():
+    ports = _port_slice()
+    start = random.Random().randrange(len(ports))   # two runs at once rarely meet
+    while True:
+        for i in range(len(ports)):
+            yield ports[(start + i) % len(ports)]
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 for a server a test starts, that nothing listens on and that
+    this run hands out once: from this worker's slice, checked by a bind."""
+    global _ports
+    with _ports_lock:
+        if _ports is None:
+            _ports = _candidates()
+        for _ in range(1000):
+            port = next(_ports)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 @pytest.fixture

@@ -18,17 +18,13 @@ from pydantic import TypeAdapter
 
 from gitdrop.mcp.tools import ToolBox
 
+from conftest import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def server_args(hub_path, *extra):
     return ["-m", "gitdrop.mcp.server", hub_path, "lobby", *extra]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -121,7 +117,9 @@ async def http_agent(url: str, name: str, mode: str, token: str = "", message_ha
 
 
 def stdio_params(hub_path: str, agent: str, tools: str = "all") -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, cwd=ROOT,
+    # the SDK hands the server a few variables only: the test's mirror cache too
+    env = {k: os.environ[k] for k in ("GITDROP_CACHE",) if k in os.environ}
+    return StdioServerParameters(command=sys.executable, cwd=ROOT, env=env or None,
                                  args=server_args(hub_path, "--as", agent, "--tools", tools))
 
 

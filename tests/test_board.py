@@ -5,6 +5,7 @@ opening a task, switching rooms, and quitting with the terminal restored."""
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -102,15 +103,17 @@ class Pane:
     def __init__(self, hub_path: str, home: str, tmp):
         self.sock = f"gitdrop-board-{os.getpid()}-{time.monotonic_ns()}"
         self.done = os.path.join(str(tmp), "board-exit")
+        # tmux's socket path must fit in 108 bytes: not under a worker's deep tmp_path
+        self.sockdir = tempfile.mkdtemp(prefix="gd-tmux-")
         env = {"HOME": home, "GITDROP_HUB": hub_path, "TERM": "xterm-256color",
-               "TMUX_TMPDIR": str(tmp)}
+               "TMUX_TMPDIR": self.sockdir}
         envs = " ".join(f"{k}={v}" for k, v in env.items())
         # after the board: its exit code and whether the terminal is back to normal
         cmd = (f"env -u GITDROP_ROOM -u GITDROP_AGENT -u NO_COLOR {envs} "
                f"{' '.join(ENTRY)} board; echo \"board exited $?\"; "
                f"stty -a | tr ' ' '\\n' | grep -x -e -icanon -e icanon -e -echo -e echo "
                f"> {self.done}; sleep 60")
-        self.env = dict(os.environ, TMUX_TMPDIR=str(tmp))
+        self.env = dict(os.environ, TMUX_TMPDIR=self.sockdir)
         self.env.pop("TMUX", None)
         self.tmux("new-session", "-d", "-x", "160", "-y", "50", cmd)
 
@@ -139,6 +142,7 @@ class Pane:
     def kill(self) -> None:
         subprocess.run([TMUX, "-L", self.sock, "kill-server"], capture_output=True,
                        env=self.env, timeout=20)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
 
 
 def test_live_board_in_a_terminal(seeded, tmp_path):

@@ -90,6 +90,7 @@ async def check_push(agent, events, clone, subscribe_legacy):
     assert inbox["messages"][0]["from"] == "core/juno"
 
 
+@pytest.mark.alone   # a latency under a second: no other test's load
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_push_over_stdio(room, hub, clone, mode):
     c = clone("core/juno")
@@ -114,6 +115,7 @@ async def push_reaches(agent, events, c, mode):
             tg.cancel_scope.cancel()
 
 
+@pytest.mark.alone   # a latency under a second: no other test's load
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_push_over_http(room, hub, clone, mode):
     c = clone("core/juno")
@@ -127,6 +129,7 @@ async def test_push_over_http(room, hub, clone, mode):
             await push_reaches(spartan, events, c, mode)
 
 
+@pytest.mark.alone   # a latency under a second: no other test's load
 async def test_http_push_goes_to_its_agent_only_and_follows_mcp_calls(room, hub):
     """Another agent's listen stream hears nothing of spartan's news; a message sent
     by another MCP session notifies like a push."""

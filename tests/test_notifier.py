@@ -17,7 +17,7 @@ import pytest
 from gitdrop import fmt, model
 from gitdrop.notifier import TIMEOUT_EXIT, Notifier, summarize
 
-from conftest import git
+from conftest import free_port, git
 
 PY = sys.executable
 
@@ -358,10 +358,7 @@ def test_remote_hub_is_polled_and_wakes_the_waiter(hub, team, procs, tmp_path):
 @pytest.fixture
 def daemon_url(hub):
     """The hub served by `git daemon` on 127.0.0.1 (pushes run the hook)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = os.path.dirname(hub.path)
     d = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
                           f"--port={port}", f"--base-path={base}", "--export-all",

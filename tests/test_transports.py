@@ -26,16 +26,10 @@ from gitdrop import hub as hubmod
 from gitdrop.errors import Refusal
 from gitdrop.transports.remote import RemoteHub
 
-from conftest import Clone, git, refused_rule
+from conftest import Clone, free_port, git, refused_rule
 
 AGENTS = ("core/juno", "core/spartan")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20):

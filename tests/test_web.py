@@ -5,7 +5,6 @@ refusals in the rule's words, CSRF, the login wall off loopback, the charts."""
 
 import json
 import re
-import socket
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -15,6 +14,7 @@ import pytest
 from gitdrop import hub as hubmod
 from gitdrop import tokens
 from cli_helpers import Gitdrop
+from conftest import free_port
 
 try:
     import httpx
@@ -24,12 +24,6 @@ except ImportError:   # the MCP SDK brings it under this name
 uvicorn = pytest.importorskip("uvicorn")
 
 HOSTILE = "<script>alert(1)</script>"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -163,6 +157,7 @@ def test_log_filters(web):
         assert "hello" in page and "task-start" not in page
 
 
+@pytest.mark.alone   # a latency under a second: no other test's load
 def test_sse_delivers_a_cli_send_within_a_second(web, hub, tmp_path):
     got, ready = [], threading.Event()
 

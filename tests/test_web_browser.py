@@ -108,6 +108,7 @@ def test_the_board_renders_its_tasks(site):
     assert "<script>alert(1)</script>" in b.js("return document.body.innerText")
 
 
+@pytest.mark.alone   # a latency under a second: no other test's load
 def test_a_cli_send_shows_without_a_reload(site, tmp_path):
     h, s, b = site
     b.go(s.url + "/r/lobby")
