@@ -55,11 +55,27 @@ def pytest_configure(config):
             os.environ[k] = v
 
 
+def _shared_fixture(item) -> str:
+    """The module-scoped fixture of the test's own module it uses (a served hub, a
+    big room), with its parameter: "" if none."""
+    module = item.nodeid.split("::")[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name, defs in sorted(item._fixtureinfo.name2fixturedefs.items()):
+        if defs and defs[-1].scope == "module" and defs[-1].baseid == module:
+            return f"{module}:{name}" + (f"-{params[name]}" if name in params else "")
+    return ""
+
+
 def pytest_collection_modifyitems(items):
-    """The tests marked alone queue on one worker (see pytest_runtest_protocol)."""
+    """The tests marked alone queue on one worker (see pytest_runtest_protocol); so do
+    those that share a module-scoped fixture, which is then set up once, not once a
+    worker (a server of test_transports or test_githosts takes seconds to start)."""
     for item in items:
-        if item.get_closest_marker("alone") and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group("alone"))
+        if item.get_closest_marker("xdist_group"):
+            continue
+        group = "alone" if item.get_closest_marker("alone") else _shared_fixture(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)
