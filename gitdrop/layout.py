@@ -22,8 +22,11 @@ class _Moved(GitdropError):
 
 
 def is_old(store, room: str) -> bool:
-    tip = store.tip(model.ROOM_PREFIX + room)
-    return bool(tip) and store.view(room).layout < model.LAYOUT
+    try:
+        tip = store.tip(model.ROOM_PREFIX + room)
+        return bool(tip) and store.view(room).layout < model.LAYOUT
+    except Exception:   # a damaged ref, a missing commit: not moved, left for repair
+        return False     # (gitdrop repair names it and what to put back)
 
 
 def move_room(store, room: str, now: int | None = None) -> str:

@@ -13,7 +13,7 @@ import time
 import pytest
 from cli_helpers import Gitdrop
 
-from gitdrop import hub as hubmod, locks, wal
+from gitdrop import hub as hubmod, locks, model, wal
 from gitdrop.errors import Damaged
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,8 +168,8 @@ def test_a_dead_writers_logged_write_is_never_replayed_over_a_push(tmp_path):
     _kill_a_writer(h)
     clone = tmp_path / "clone"
     assert _git(None, "clone", "-q", "-b", "rooms/r", path, str(clone)).returncode == 0
-    (clone / "tasks").mkdir(exist_ok=True)
-    (clone / "tasks" / "7.md").write_text('+++\nid = "7"\ntitle = "by hand"\nstate = '
+    (clone / model.task_path(7)).parent.mkdir(parents=True, exist_ok=True)
+    (clone / model.task_path(7)).write_text('+++\nid = "7"\ntitle = "by hand"\nstate = '
                                           '"pending"\ncreator = "t/bob"\n+++\nPushed.\n')
     env = dict(GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
                GIT_COMMITTER_NAME="t/bob", GIT_COMMITTER_EMAIL="bob@t.gitdrop")
@@ -242,8 +242,8 @@ def test_a_push_gets_past_a_damaged_log(tmp_path):
     (clone / "notes.md").write_text("x\n")
     env = dict(GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
                GIT_COMMITTER_NAME="t/bob", GIT_COMMITTER_EMAIL="bob@t.gitdrop")
-    (clone / "tasks").mkdir()
-    (clone / "tasks" / "5.md").write_text('+++\nid = "5"\ntitle = "t"\nstate = "pending"\n'
+    (clone / model.task_path(5)).parent.mkdir(parents=True, exist_ok=True)
+    (clone / model.task_path(5)).write_text('+++\nid = "5"\ntitle = "t"\nstate = "pending"\n'
                                           'creator = "t/bob"\n+++\n')
     os.remove(clone / "notes.md")
     _git(None, "-C", str(clone), "add", "-A")

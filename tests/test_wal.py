@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gitdrop import durable, fmt, hub as hubmod, wal
+from gitdrop import durable, fmt, hub as hubmod, model, wal
 from gitdrop.writequeue import Turn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -272,8 +272,8 @@ def test_replay_moves_forward_over_a_lost_push(tmp_path):
     r.send("t/ann", "t/bob", "first")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "-b", "rooms/r", path, str(clone)], check=True)
-    (clone / "tasks").mkdir(exist_ok=True)
-    (clone / "tasks" / "7.md").write_text(fmt.dumps_doc(
+    (clone / model.task_path(7)).parent.mkdir(parents=True, exist_ok=True)
+    (clone / model.task_path(7)).write_text(fmt.dumps_doc(
         {"id": "7", "title": "by hand", "state": "pending", "creator": "t/bob",
          "assignee": ""}, "Pushed by hand."))
     env = dict(os.environ, GIT_AUTHOR_NAME="t/bob", GIT_AUTHOR_EMAIL="bob@t.gitdrop",
