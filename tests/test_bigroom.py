@@ -19,7 +19,7 @@ from gitdrop import fmt, layout, model
 from gitdrop import hub as hubmod
 from gitdrop.basestore import identity
 
-from conftest import git, refused_rule
+from conftest import free_port, git, refused_rule
 from mcp_helpers import Agent
 
 
@@ -131,6 +131,8 @@ def test_a_write_costs_the_same_in_a_room_of_10000_as_of_100(big):
     assert "core/newcomer" in {a["agent"] for a in r.who_page(0, 0)["agents"]}
 
 
+@pytest.mark.alone   # a time limit: measured while no other test runs
+@pytest.mark.xdist_group("tests/test_bigroom.py:big")   # with the other users of `big`
 def test_who_and_room_show_answer_a_page_in_under_a_second(big):
     r = big.room("huge")
     r.who_page(0, 1)   # warm: the agents' file listings are read once per process
@@ -159,6 +161,8 @@ def _cli(hub, *args, room="huge"):
     return p.stdout, time.monotonic() - t
 
 
+@pytest.mark.alone   # a time limit: measured while no other test runs
+@pytest.mark.xdist_group("tests/test_bigroom.py:big")   # with the other users of `big`
 def test_cli_who_and_room_show_page_and_say_how_many_more(big):
     """The commands' own time, past Python's start-up, is under a second: a run in
     the room of 100 is the baseline (the same start-up, on the same machine now)."""
@@ -386,9 +390,7 @@ def test_a_client_through_a_url_writes_to_an_old_room_as_the_hub_moves_it(tmp_pa
     its caller sees no refusal."""
     from gitdrop.transports.remote import RemoteHub
     path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
                                f"--port={port}", f"--base-path={tmp_path}", "--export-all",
                                "--enable=receive-pack", str(tmp_path)],

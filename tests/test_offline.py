@@ -20,7 +20,7 @@ from gitdrop.errors import Conflict
 from gitdrop.transports import remote
 from gitdrop.transports.remote import RemoteHub, Unreachable
 
-from conftest import git
+from conftest import free_port, git
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,9 +31,7 @@ class Daemon:
     def __init__(self, base):
         self.base = str(base)
         self.hub = hubmod.init(os.path.join(self.base, "hub.git"))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()   # kept across a stop and a start: this run hands it out once
         self.url = f"git://127.0.0.1:{self.port}/hub.git"
         self.proc = None
 
