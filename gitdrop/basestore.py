@@ -105,12 +105,16 @@ class BaseStore:
     def _write_all(self, ref, ops, now, check, tries, raise_first):
         room = ref.rpartition("/")[2]
         synced = []
+        began = time.monotonic()
         try:
             with Turn(self.path, ref):
                 for attempt in range(tries):
                     if attempt:  # lost a race to git itself (a push): let it finish
                         writequeue.STATS["retries"] += 1
                         time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+                    # A write rebuilt after lost races (a remote hub's push races can
+                    # last seconds) is dated when it is built, not when it began.
+                    at = now if now is None else now + int(time.monotonic() - began)
                     start = tip = self.tip(ref)
                     w = self._writer()
                     if w is not None:
@@ -119,7 +123,7 @@ class BaseStore:
                     out, why = [], ""
                     for build, author in ops:
                         try:
-                            oid, result, op = self._one(room, tip, build, author, now, check, w)
+                            oid, result, op = self._one(room, tip, build, author, at, check, w)
                         except GitdropError as e:
                             if raise_first:
                                 raise

@@ -359,3 +359,22 @@ def test_the_mcp_answer_says_queued(served, tmp_path, monkeypatch):
     assert out["structuredContent"]["queued"] is True      # behind the first
     assert RemoteHub(served.url, cache=str(tmp_path / "cache")).store.sync()["queued"] == []
     assert texts(served.hub) == ["from the MCP server", "second"]
+
+
+def test_a_write_rebuilt_after_lost_races_is_dated_when_built(served, tmp_path, monkeypatch):
+    """Lost races can last seconds on a busy server: each rebuild dates the commit
+    anew, so the hub's clock rule (clock_skew) never refuses a write for its wait."""
+    h = client(served, tmp_path, offline=False)
+    real, lost = h.store._push, []
+
+    def slow_race(ref, new):
+        if len(lost) < 3:
+            lost.append(new)
+            time.sleep(0.8)   # a push that takes a while, and loses
+            return "stale", " ! [rejected] x -> x (fetch first)"
+        return real(ref, new)
+    monkeypatch.setattr(h.store, "_push", slow_race)
+    began = int(time.time())
+    sent = h.room("lobby").send("core/juno", "core/kai", "late")
+    assert len(lost) == 3 and texts(served.hub) == ["late"]
+    assert served.hub.store.reader.commit(sent["commit"]).time >= began + 2
