@@ -17,7 +17,7 @@ from gitdrop import hub as hubmod
 from gitdrop.errors import Conflict, Refusal
 from gitdrop.transports.remote import RemoteHub
 
-from test_transports import ROOT, Served, _sshd, free_port, wait_for_port
+from test_transports import ROOT, Served, _sshd, free_port, ssh_client_config, wait_for_port
 
 AGENTS = ("core/juno", "core/spartan")
 HUB = "hub"   # the repository's name on both servers
@@ -113,22 +113,8 @@ LogLevel ERROR
         # One connection per key, shared by its fetches and pushes (ended in close())
         self.ctl = tempfile.mkdtemp(prefix="gd-gl-")   # socket paths must be short
         self.names = ("admin", "stranger") + tuple(login(a) for a in self.agents)
-        with open(f"{k}/config", "w") as f:
-            for name in self.names:
-                f.write(f"""Host {name}.gitolite
-  HostName 127.0.0.1
-  Port {self.port}
-  User {user}
-  IdentityFile {k}/{name}
-  IdentitiesOnly yes
-  StrictHostKeyChecking no
-  UserKnownHostsFile /dev/null
-  BatchMode yes
-  LogLevel ERROR
-  ControlMaster auto
-  ControlPath {self.ctl}/%n
-  ControlPersist 120
-""")
+        ssh_client_config(f"{k}/config", [(f"{n}.gitolite", f"{k}/{n}") for n in self.names],
+                          self.port, user, self.ctl, persist=120)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", exist_ok=True)
         p = self.spawn([sshd, "-D", "-e", "-f", f"{k}/sshd_config"],

@@ -123,6 +123,27 @@ class Http(Served):
         return f"http://{user}:{secret or self.secrets[agent]}@127.0.0.1:{self.port}/hub.git"
 
 
+def ssh_client_config(path: str, hosts, port: int, user: str, ctl: str,
+                      persist: int = 0) -> None:
+    """An ssh config with one alias per identity [(alias, key file)], each multiplexed
+    over one connection (ControlPath under `ctl`, a short path)."""
+    with open(path, "w") as f:
+        for alias, key in hosts:
+            f.write(f"""Host {alias}
+  HostName 127.0.0.1
+  Port {port}
+  User {user}
+  IdentityFile {key}
+  IdentitiesOnly yes
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  BatchMode yes
+  LogLevel ERROR
+  ControlMaster auto
+  ControlPath {ctl}/%n
+""" + (f"  ControlPersist {persist}\n" if persist else ""))
+
+
 def _sshd() -> str:
     found = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else "")
     if not found and os.geteuid() == 0:   # what CI's setup step does, for a bare checkout
@@ -189,22 +210,9 @@ LogLevel ERROR
 """)
         # One alias per identity, each multiplexed over one connection (sshd is slow
         # to start a session on a busy machine).
-        with open(f"{d}/config", "w") as f:
-            for agent in AGENTS + ("core/kai",):
-                name = agent.split("/")[1]
-                f.write(f"""Host {name}.gitdrop
-  HostName 127.0.0.1
-  Port {self.port}
-  User {user}
-  IdentityFile {d}/{name}
-  IdentitiesOnly yes
-  StrictHostKeyChecking no
-  UserKnownHostsFile /dev/null
-  BatchMode yes
-  LogLevel ERROR
-  ControlMaster auto
-  ControlPath {self.ctl}/%n
-""")
+        names = [agent.split("/")[1] for agent in AGENTS + ("core/kai",)]
+        ssh_client_config(f"{d}/config", [(f"{n}.gitdrop", f"{d}/{n}") for n in names],
+                          self.port, user, self.ctl)
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege-separation directory
         p = self.spawn([sshd, "-D", "-e", "-f", f"{d}/sshd_config"],
