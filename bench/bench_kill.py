@@ -8,7 +8,10 @@ one hub at once.
 - **core**: a Python process that sends in a loop through the core (Room.send), at
   most one send every 0-10 ms, and writes each commit id once the call returned;
   forked from one that imported gitdrop, so a kill costs no start-up; killed 0-80
-  ms after its first acknowledged write.
+  ms after its first acknowledged write. Every fourth kill is at a chosen line
+  instead: the writer kills itself in its second write while it holds the room's
+  lock, its log record written and the ref not yet moved (the ref's lock is held
+  only for a moment now, so random kills may miss it on a busy machine).
 - **tools**: the same, calling the MCP tools' bodies (mcp_tools.ToolBox.send) as
   the server does.
 - **cli**: `gitdrop --hub H --room r --as t/cli send t/sink -m ... --json`, killed at
@@ -63,10 +66,19 @@ from gitdrop import hub
 from gitdrop.mcp import tools as mcp_tools   # imported once: each writer is forked from here
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped as they die
 for line in sys.stdin:
-    n, acks = line.split(" ", 1)
+    n, die, acks = line.split(" ", 2)
     pid = os.fork()
     if pid == 0:
         out = os.open(acks.strip(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if die == "1":   # killed at a chosen line: its second write holds the room's
+            from gitdrop import durable   # lock, its record logged, the ref not moved
+            real, calls = durable._into_place, []
+            def into_place(*a, **k):
+                calls.append(1)
+                if len(calls) == 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(*a, **k)
+            durable._into_place = into_place
         try:
             if {lane!r} == "core":      # the core: Room.send
                 r = hub.Hub({hub!r}).room({room!r})
@@ -224,15 +236,22 @@ class Run:
             else:
                 self.failures.append(f"{lane}: {what}")
 
-    def _killed(self, lane, proc) -> object:
-        """Kill -9 `proc` (a Popen, or a pid); then what it left: the identity of an
-        unheld room lock."""
+    def _killed(self, lane, proc, wait: float = 0) -> object:
+        """Kill -9 `proc` (a Popen, or a pid), or with `wait` let it kill itself
+        within that many seconds; then what it left: the identity of an unheld room
+        lock."""
         if isinstance(proc, int):
-            try:
-                os.kill(proc, 9)
-            except ProcessLookupError:   # it ended by itself first
-                return None
-            gone(proc)
+            if wait:
+                if not gone(proc, wait):
+                    self._fail(lane, f"{proc} did not kill itself within {wait} s")
+                    os.kill(proc, 9)
+                    gone(proc)
+            else:
+                try:
+                    os.kill(proc, 9)
+                except ProcessLookupError:   # it ended by itself first
+                    return None
+                gone(proc)
         else:
             proc.kill()
             proc.wait()
@@ -271,7 +290,8 @@ class Run:
                 last = k == kills   # the next write after the last kill: one, to the end
                 acks = os.path.join(self.hub, f"{lane}-acks-{k}")
                 started = time.monotonic()
-                zygote.stdin.write(f"{1 if last else 1000000} {acks}\n")
+                die = lane == "core" and not last and k % 4 == 3
+                zygote.stdin.write(f"{1 if last else 1000000} {int(die)} {acks}\n")
                 zygote.stdin.flush()
                 pid = int(zygote.stdout.readline())
                 lines, end = [], time.monotonic() + self.timeout
@@ -288,6 +308,8 @@ class Run:
                     if not gone(pid, 1 if ok else self.timeout):
                         self._killed(lane, pid)
                     left = None
+                elif die:   # it kills itself in its second write, holding the lock
+                    left = self._killed(lane, pid, self.timeout)
                 else:
                     time.sleep(self._rand(0, 0.08))
                     left = self._killed(lane, pid)
