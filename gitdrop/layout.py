@@ -1,11 +1,11 @@
-"""Moving a room to the current tree layout (model.LAYOUT) when a hub opens.
+"""Moving a room to the current tree layout (model.LAYOUT) when it is first used.
 
 A room made in an older layout keeps working through the readers (a view knows
 its room's layout), but every write is made in the current one: so the hub moves
 each such room with one commit by hub/admin (Gitdrop-Op: room-layout) that moves
 every agent and task file, unchanged, to its new path and records the layout in
 room.toml. The rules accept exactly such a commit. The write is a compare-and-swap
-like any other: of two processes opening a hub at once one moves the room and
+like any other: of two processes using the room at once one moves it and
 the other, rebuilding on the moved tip, finds nothing left to do.
 """
 

@@ -360,9 +360,9 @@ def test_a_pushed_layout_move_is_judged_and_only_an_honest_one_passes(tmp_path, 
     assert_moved(path, kept)
 
 
-def test_two_processes_opening_an_old_hub_at_once_move_it_once(tmp_path, monkeypatch):
+def test_three_processes_using_an_old_room_at_once_move_it_once(tmp_path, monkeypatch):
     path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
-    code = "import sys; from gitdrop.hub import Hub; Hub(sys.argv[1])"
+    code = "import sys; from gitdrop.hub import Hub; Hub(sys.argv[1]).room('old')"
     procs = [subprocess.Popen([sys.executable, "-c", code, path], cwd=ROOT,
                               stderr=subprocess.PIPE) for _ in range(3)]
     for p in procs:
