@@ -47,12 +47,13 @@ def main() -> int:
     git_dir = os.environ.get("GIT_DIR", ".")
     try:
         wal.ensure(git_dir)   # after a crash: the log first
+        who = pusher()        # a login that is no agent is refused before anything moves
         old_layout = old_rooms(reader, updates)
         if old_layout:   # moved first; the push is then refused (fetch and push again)
             from .leanstore import LeanStore
             upgrade_on_push(LeanStore(git_dir), old_layout)
         for old, new, ref in updates:
-            check_commits(reader, ref, old, new, now, pusher())
+            check_commits(reader, ref, old, new, now, who)
         for _old, _new, ref in updates:
             # git locks the refs once this hook has said yes; a lock a killed
             # process left would make it refuse: cleared if its owner is dead.

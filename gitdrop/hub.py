@@ -113,6 +113,8 @@ class Hub:
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
 
+    moves_layout = True
+
     def room(self, name: str) -> Room:
         if not self.store.tip(self.store.room_ref(name)) and \
                 self.store.tip(model.ARCHIVE_PREFIX + name):
@@ -120,8 +122,11 @@ class Hub:
                            f"{name}) or read it with gitdrop room show {name}")
         self.store.room_tip(name)  # raises NotFound with a hint
         # A room of an older layout moves when it is first used, not every room at
-        # every open (a hub of 200 rooms paid 10-16 ms a command for that).
-        layout.upgrade(self.store, [name], now=self.clock())
+        # every open (a hub of 200 rooms paid 10-16 ms a command for that). Only
+        # here, on the hub's machine: a client of a URL must not write as hub/admin
+        # (the hub's hook moves the room when a push arrives).
+        if self.moves_layout:
+            layout.upgrade(self.store, [name], now=self.clock())
         room = Room(self.store, name, self.clock)
         room.lead_claim = self.claim_lead
         return room

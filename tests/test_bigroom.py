@@ -414,3 +414,13 @@ def test_a_client_through_a_url_writes_to_an_old_room_as_the_hub_moves_it(tmp_pa
     got = hubmod.Hub(path).room("old").inbox("core/juno", peek=True, limit=0)["messages"]
     assert [m["text"] for m in got if m["op"] == "send"][-1] == "on it"
     assert hubmod.Hub(path).store.room_tip("old") == sent["commit"]
+
+
+def test_a_client_through_a_url_never_moves_a_room_itself(tmp_path, monkeypatch):
+    """The move is a hub/admin commit: made on the hub's machine, never pushed by a
+    client that opened the room through a URL (only reads here, so nothing moves)."""
+    from gitdrop.transports.remote import RemoteHub
+    path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
+    client = RemoteHub("file://" + path, cache=str(tmp_path / "cache"), fresh=0.0)
+    client.room("old").inbox("core/kai", peek=True)
+    assert moves(path) == []
