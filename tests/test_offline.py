@@ -378,3 +378,59 @@ def test_a_write_rebuilt_after_lost_races_is_dated_when_built(served, tmp_path, 
     sent = h.room("lobby").send("core/juno", "core/kai", "late")
     assert len(lost) == 3 and texts(served.hub) == ["late"]
     assert served.hub.store.reader.commit(sent["commit"]).time >= began + 2
+
+
+def test_a_garbage_or_lying_queue_file_is_set_aside_and_the_rest_syncs(served, tmp_path,
+                                                                       capfd):
+    h = client(served, tmp_path)
+    served.stop()
+    lobby = h.room("lobby")
+    lobby.send("core/spartan", "core/kai", "kept")
+    qdir = h.store.queue.dir
+    with open(os.path.join(qdir, "00000007.json"), "w") as f:
+        f.write("{not json")
+    first = json.load(open(os.path.join(qdir, "00000001.json")))
+    for name, lie in (("00000008.json", dict(first, id=3)),                  # not its name
+                      ("00000009.json", dict(first, id=9, ref="refs/heads/*"))):
+        with open(os.path.join(qdir, name), "w") as f:
+            json.dump(lie, f)
+    assert [e["id"] for e in h.store.queue.entries()] == [1]
+    assert sorted(n for n in os.listdir(qdir) if n.endswith(".bad")) == [
+        "00000007.json.bad", "00000008.json.bad", "00000009.json.bad"]
+    assert "set aside" in capfd.readouterr().err
+    served.start()
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1] and not r["queued"]
+    assert texts(served.hub) == ["kept"]
+
+
+def test_a_write_queued_a_while_ago_is_redated_at_sync(served, tmp_path, monkeypatch):
+    """The hub takes commits dated within clock_skew (30 s) of its clock: a write
+    queued a minute before the sync is dated anew, even on an unchanged tip."""
+    h = client(served, tmp_path)
+    served.stop()
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 45)
+    h.room("lobby").send("core/spartan", "core/kai", "from before")
+    monkeypatch.setattr(time, "time", real)
+    served.start()
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1] and r["refused"] == [], r
+    assert texts(served.hub) == ["from before"]
+
+
+def test_a_push_that_times_out_is_queued_not_left_in_the_mirror(served, tmp_path,
+                                                                monkeypatch):
+    h = client(served, tmp_path)
+    real = h.store._git
+
+    def timing_out(*args):
+        if args[0] == "push":
+            raise Unreachable("git push timed out", "check the network")
+        return real(*args)
+    monkeypatch.setattr(h.store, "_git", timing_out)
+    h.room("lobby").send("core/spartan", "core/kai", "during timeout")
+    assert [e["subject"] for e in h.store.queue.pending()][0].endswith("during timeout")
+    monkeypatch.undo()
+    h.store.sync()
+    assert texts(served.hub) == ["during timeout"]

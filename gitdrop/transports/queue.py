@@ -10,7 +10,12 @@ without a file (a process killed between the two) is cleared by the next sync.
 
 import json
 import os
+import re
+import sys
 import time
+
+from .. import model
+from ..wal import fsync_path
 
 QUEUE_DIR = "gitdrop-queue"
 QUEUE_REFS = "refs/gitdrop/queue/"
@@ -29,11 +34,23 @@ class Queue:
             return []
         out = []
         for n in names:
+            path = os.path.join(self.dir, n)
             try:
-                with open(os.path.join(self.dir, n)) as f:
-                    out.append(json.load(f))
+                with open(path) as f:
+                    entry = _valid(n, json.load(f))
             except FileNotFoundError:   # synced or dropped by another process just now
                 continue
+            except ValueError as e:     # cut, garbage or a lie: set aside, never sent
+                try:
+                    os.replace(path, path + ".bad")
+                except FileNotFoundError:
+                    continue
+                sys.stderr.write(f"gitdrop: the queued write {path} is not a whole queue "
+                                 f"entry ({e}); it was set aside as {path}.bad and will "
+                                 "not be sent: read it, and make the write again if it "
+                                 "should be\n")
+                continue
+            out.append(entry)
         return out
 
     def pending(self) -> list[dict]:
@@ -90,12 +107,28 @@ class Queue:
         return max(nums, default=0)
 
 
+_OID = re.compile(r"[0-9a-f]{40}")
+
+
+def _valid(name: str, entry) -> dict:
+    """A queue file's entry, checked: its id is its file's name (so remove() finds
+    it), its ref a room's or the hub branch, its commits ids. ValueError if not."""
+    if not isinstance(entry, dict):
+        raise ValueError("not a JSON object")
+    stem = name[:-len(".json")]
+    if not stem.isdigit() or entry.get("id") != int(stem):
+        raise ValueError(f"its id {entry.get('id')!r} is not its file's number")
+    ref = entry.get("ref")
+    if not isinstance(ref, str) or not (ref == model.HUB_REF or (
+            ref.startswith(model.ROOM_PREFIX) and model.is_name(ref[len(model.ROOM_PREFIX):]))):
+        raise ValueError(f"ref {ref!r} is not a room's or the hub's")
+    if not isinstance(entry.get("commit"), str) or not _OID.fullmatch(entry["commit"]) or \
+            not isinstance(entry.get("parent"), str) or \
+            not (entry["parent"] == "" or _OID.fullmatch(entry["parent"])):
+        raise ValueError("commit or parent is not a commit id")
+    return entry
+
+
 def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if os.path.isdir(path):
+        fsync_path(path)

@@ -22,6 +22,8 @@ import re
 import threading
 import time
 
+import pygit2
+
 from .. import model
 from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from ..hub import Hub
@@ -44,8 +46,9 @@ RACE_TRIES = 12
 BACKOFF_BASE, BACKOFF_CAP = 0.05, 1.0
 # Working offline, a read tries the hub again after this many seconds.
 OFFLINE_RETRY = 5.0
-# Re-dated at sync when older than this: the hub takes commits dated near its clock.
-REDATE_AFTER = 60
+# Re-dated at sync when older than this: the hub takes commits dated near its clock
+# (a room's clock_skew, 30 s by default).
+REDATE_AFTER = 5
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
 
@@ -130,7 +133,7 @@ class RemoteStore(Store):
             try:
                 self._fetch()
             except Unreachable:
-                if not (self.offline or self.queue.entries()) or (
+                if not (self.offline or self.queue.pending()) or (
                         not self.tip(model.HUB_REF) and not self.rooms(fetch=False)):
                     raise   # not working offline, or never fetched: nothing to work from
                 self.unreachable = True
@@ -160,7 +163,7 @@ class RemoteStore(Store):
                 self._fetch()
                 self.unreachable = False
             except Unreachable:
-                if not (self.offline or self.queue.entries()):
+                if not (self.offline or self.queue.pending()):
                     raise
                 self.unreachable = True
                 # not again for every read: a host that does not answer costs a timeout
@@ -179,7 +182,10 @@ class RemoteStore(Store):
 
     def _push(self, ref: str, new: str) -> tuple[str, str]:
         """Push one ref: ("ok" | "stale" | "refused" | "failed", stderr)."""
-        p = self._git("push", "--porcelain", "--no-verify", self.url, f"{new}:{ref}")
+        try:
+            p = self._git("push", "--porcelain", "--no-verify", self.url, f"{new}:{ref}")
+        except Unreachable as e:   # timed out: as unreachable as a refused connection
+            return "failed", e.reason
         for line in p.stdout.splitlines():
             parts = line.split("\t")
             if len(parts) < 3 or not parts[1].endswith(":" + ref):
@@ -375,6 +381,13 @@ class RemoteStore(Store):
                 new = self._rebase(entry, tip)
             except Refusal as e:
                 return self._mark_refused(entry, e)
+            except (KeyError, ValueError, pygit2.GitError) as e:
+                # its commit is missing or damaged here (a power cut on this machine):
+                # marked, so the writes after it still go
+                return self._mark_refused(entry, Refusal(
+                    "queue-damaged", f"write #{entry['id']}'s commit {entry['commit'][:12]} "
+                    f"is missing or damaged in this machine's mirror ({e})",
+                    f"drop it (gitdrop sync --drop {entry['id']}) and make the write again"))
             entry["pushing"], entry["refused"] = new, None
             self.queue.save(entry)   # before the push: a kill after it is found landed
             status, err = self._push(ref, new)
@@ -489,6 +502,8 @@ class _MirrorLock:
 
 class RemoteHub(Hub):
     """gitdrop.hub.Hub for a hub behind a git URL: same methods, same rules."""
+
+    moves_layout = False   # the hub's hook does it (layout.upgrade_on_push)
 
     def __init__(self, url: str, cache: str = "", clock=None, fresh: float = FRESH,
                  offline=None):
