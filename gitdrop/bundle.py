@@ -148,6 +148,7 @@ def import_room(hub, path: str) -> dict:
         if missing:   # the team registry's own rules, as for a push of the hub branch
             check_commits(reader, model.HUB_REF, hub_tip, new_hub, None)
         ops = check_commits(reader, ref, old, new, None)
+        _check_leads_here(reader, room, new, new_hub)
         for t in missing:
             hub.register_team(t["name"], t["lead"], t["members"], by=t["lead"])
         _git(store.path, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
@@ -163,6 +164,24 @@ def import_room(hub, path: str) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"room": room, "tip": new, "commits": len(ops), "extended": bool(old),
             "teams": [t["name"] for t in missing], "up_to_date": False}
+
+
+def _check_leads_here(reader, room: str, tip: str, hub_tip: str) -> None:
+    """The history is judged as recorded (its leads were the source hub's); the room
+    that arrives must name as leads only this hub's team leads, or an import would
+    hand lead rights that this hub's registry does not give."""
+    from .view import RoomView
+    teams = hubrules.registry(reader, hub_tip) if hub_tip else None
+    leads = RoomView(reader, reader.commit(tip).tree, tip, room).room["leads"]
+    for team, lead in leads.items():
+        if teams is None or teams.get(team) != lead:
+            raise Refusal("lead-only", f"room {room!r} names {lead} as lead of team {team}, "
+                          f"but this hub's team registry says "
+                          f"{(teams or {}).get(team) or 'nobody'}",
+                          f"import it into a hub where {team}'s lead is {lead} (gitdrop "
+                          "team list shows this hub's), or have the room's lead re-synced "
+                          "on its hub (gitdrop room join) and export it again",
+                          commit=tip[:12])
 
 
 def _contains(git_dir: str, tip: str, oid: str) -> bool:

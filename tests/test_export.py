@@ -176,3 +176,17 @@ def test_export_from_a_url_and_import_only_on_the_hubs_machine(source, tmp_path)
     assert b.store.tip("refs/heads/rooms/dev") == ""
     cli(b.path, "room", "import", bundle)
     assert log(b.path) == log(source.path)
+
+
+def test_a_bundle_without_its_teams_cannot_name_leads_this_hub_has_not(source, tmp_path):
+    """A bundle made by hand (git bundle, no team entries) whose room names a lead this
+    hub's registry does not know is refused, whatever its history says."""
+    b = hubmod.init(str(tmp_path / "b.git"))
+    b.register_team("core", "core/other", by="core/other")
+    bundle = str(tmp_path / "raw.bundle")
+    git("bundle", "create", bundle, "refs/heads/rooms/dev", cwd=source.path)
+    before = state(b.path)
+    refused, _ = cli(b.path, "room", "import", bundle, ok=False)
+    assert refused["rule"] == "lead-only", refused
+    assert "core/juno" in refused["reason"] and "core/other" in refused["reason"]
+    assert state(b.path) == before
