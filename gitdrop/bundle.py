@@ -22,7 +22,6 @@ from . import fmt, hubrules, model
 from .errors import Conflict, NotFound, Refusal, UsageError
 
 TEAMS_REF = "refs/gitdrop/export/teams"
-ZERO = "0" * 40
 
 
 def _git(git_dir: str, *args, check=True) -> subprocess.CompletedProcess:
@@ -117,6 +116,10 @@ def import_room(hub, path: str) -> dict:
     import pygit2
     from .catfile import CatFile
     from .verify import check_commits
+    if getattr(hub, "url", ""):
+        raise UsageError("a room is imported on the hub's machine: it moves a room's ref, "
+                         "which a push may not do", f"copy {path} there and run gitdrop "
+                         f"--hub /path/to/hub.git room import {path}")
     room, new, teams_commit = _heads(path)
     store = hub.store
     ref = store.room_ref(room)
@@ -153,9 +156,9 @@ def import_room(hub, path: str) -> dict:
             hub.register_team(t["name"], t["lead"], t["members"], by=t["lead"])
         _git(store.path, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
              "--no-write-fetch-head", path, ref)
-        moved = _git(store.path, "update-ref", "-m", f"gitdrop: import of room {room}", ref,
-                     new, old or ZERO, check=False)
-        if moved.returncode != 0:
+        # the store's own compare-and-swap: logged and synced like any write, and a
+        # lock a killed writer left is cleared
+        if not store._cas(ref, old, new, f"import of room {room}", store._writer()):
             raise Conflict(f"room {room} moved in this hub while it was imported",
                            "run the import again: it is judged against the room's new tip")
     finally:
