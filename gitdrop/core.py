@@ -708,6 +708,14 @@ class Room:
         """Tasks by state, assignee, tag and project; `able`: only those that agent
         has the required capabilities for. Each carries `waiting_on` (dependencies
         not completed) and `blocked_by` (a dependency that failed or was cancelled)."""
+        return self.task_page(state, assignee, tag, project, include_done, able)["tasks"]
+
+    def task_page(self, state: str = "", assignee: str = "", tag: str = "", project: str = "",
+                  include_done: bool = False, able: str = "", offset: int = 0,
+                  limit: int = 0) -> dict:
+        """list_tasks from `offset` on, at most `limit` of them (0: all), the filters
+        applied first: {"tasks", "total", "offset", "more" (how many follow)}. Only
+        the page's tasks are copied and given their dependencies."""
         view = self.view()
         if assignee and assignee != "none":
             assignee = self.resolve(assignee, view)
@@ -715,7 +723,7 @@ class Room:
         headers = self._headers(view)
         tasks = self._lookup(headers)
         states = {s.strip() for s in state.split(",") if s.strip()}
-        out = []
+        hits = []
         for t in headers:
             if states and t["state"] not in states:
                 continue
@@ -729,10 +737,14 @@ class Room:
                 continue
             if caps is not None and deps.missing_caps(caps, t):
                 continue
-            out.append(dict(taskindex.full(t), waiting_on=deps.waiting_on(tasks, t),
-                            blocked_by=deps.blocked_by(tasks, t)))
-        out.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
-        return out
+            hits.append(t)
+        hits.sort(key=lambda t: (-t["priority"], int(t["id"]) if str(t["id"]).isdigit() else 0))
+        offset = max(0, int(offset))
+        page = hits[offset:offset + limit] if limit > 0 else hits[offset:]
+        return {"tasks": [dict(taskindex.full(t), waiting_on=deps.waiting_on(tasks, t),
+                               blocked_by=deps.blocked_by(tasks, t)) for t in page],
+                "total": len(hits), "offset": offset,
+                "more": max(0, len(hits) - offset - len(page))}
 
     def task_headers(self, view: RoomView | None = None) -> list[dict]:
         """Every task's header from the task index, cheaply: shared and possibly slim

@@ -213,6 +213,7 @@ class Task(TypedDict):
 
 class Tasks(TypedDict):
     tasks: list[Task]
+    more: int               # tasks past this page (ask again with offset)
 
 
 class TaskMove(TypedDict):
@@ -698,20 +699,26 @@ class ToolBox:
                 "description": self.room.task(r["task"])["body"].rstrip("\n")}
 
     def list_tasks(self, status: str = "", assigned_to: str = "", project: str = "",
-                   tag: str = "", ready: bool = False) -> Tasks:
-        """Tasks by priority with descriptions.
+                   tag: str = "", ready: bool = False, offset: int = 0) -> Tasks:
+        """By priority, 50 a page.
 
-        status: comma list (done ones only if asked)
+        status: comma list; done if named
         assigned_to: a name, or none
-        tag: only tasks with it
-        ready: only what you may take now, best first
+        tag: has it
+        ready: what you may take
+        offset: skip N
         """
+        offset = max(0, _as_int(offset or 0, "offset"))
         if ready:
-            tasks = [t for t in self.room.ready(self.me(), tag, limit=0)
-                     if not project or t["project"] == project]
+            got = [t for t in self.room.ready(self.me(), tag, limit=0)
+                   if not project or t["project"] == project]
+            page = got[offset:offset + PAGE]
+            more = max(0, len(got) - offset - len(page))
         else:
-            tasks = self.room.list_tasks(status, assigned_to, tag=tag, project=project)
-        return {"tasks": [_task(self.room.task(t["id"])) for t in tasks]}
+            r = self.room.task_page(status, assigned_to, tag=tag, project=project,
+                                    offset=offset, limit=PAGE)
+            page, more = r["tasks"], r["more"]
+        return {"tasks": [_task(self.room.task(t["id"])) for t in page], "more": more}
 
     def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
                           files_changed: str | list[str] = "",
