@@ -6,22 +6,39 @@ commit, so ids, replies and read cursors stay valid) and refs/gitdrop/export/tea
 (one commit whose tree holds teams/<team>.toml of each team the room names).
 
 An import is judged as a push would be, before anything is written: the bundle is
-unpacked into a scratch repository that borrows the hub's objects; there the
-missing teams are committed on a copy of the hub branch and checked by the hub's
-rules, then the room's new commits by the room rules (the same checks as the hook
-and gitdrop verify; dates are not held to the clock, the history is old). Only then
-are the teams registered in the hub and the room's ref moved (compare-and-swap).
+unpacked into a scratch repository (in the hub's own gitdrop/tmp, beside nothing
+the hub reads) that borrows the hub's objects. There the room is renamed if asked
+(every commit rewritten: see _Renamer), moved to the current layout if it is older
+(layout.move_room, the hub's own move), the missing teams are committed on a copy
+of the hub branch and checked by the hub's rules, then the room's new commits by
+the room rules (the same checks as the hook and gitdrop verify; dates are not held
+to the clock, the history is old). Then the room's ref moves (compare-and-swap)
+and only after it the teams are registered: an import that is refused or loses a
+race writes nothing, and one killed between the two writes is finished by running
+it again (the room is up to date, its missing teams are registered).
 """
 
+import contextlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 
-from . import fmt, hubrules, model
-from .errors import Conflict, NotFound, Refusal, UsageError
+from . import fmt, hubrules, layout, model
+from .errors import Conflict, GitdropError, NotFound, Refusal, UsageError
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: no flock, a scratch left by a killed import stays
+    fcntl = None
 
 TEAMS_REF = "refs/gitdrop/export/teams"
+SCRATCH = os.path.join("gitdrop", "tmp")   # under the hub's git directory
+OWNER = "owner.lock"   # flocked by the process using a scratch for its whole life
+NEW = ".new-"          # a scratch not yet locked by its owner
+YOUNG = 60.0           # seconds such a one is left alone
 
 
 def _git(git_dir: str, *args, check=True) -> subprocess.CompletedProcess:
@@ -36,13 +53,61 @@ def _git(git_dir: str, *args, check=True) -> subprocess.CompletedProcess:
     return p
 
 
-def _scratch(hub_path: str) -> str:
-    """A bare repository that sees the hub's objects (alternates) and writes its own."""
-    tmp = tempfile.mkdtemp(prefix="gitdrop-bundle-")
-    subprocess.run(["git", "init", "-q", "--bare", tmp], check=True, capture_output=True)
-    with open(os.path.join(tmp, "objects", "info", "alternates"), "w") as f:
-        f.write(os.path.join(os.path.abspath(hub_path), "objects") + "\n")
-    return tmp
+@contextlib.contextmanager
+def _scratch(hub_path: str):
+    """A bare repository that sees the hub's objects (alternates) and writes its own,
+    in the hub's gitdrop/tmp, removed when done. A process killed while it holds one
+    leaves it behind; the next export or import on the hub removes it (its owner's
+    flock went with the owner). A hub this user may only read (an export of it) gets
+    one in the system's temporary directory instead."""
+    base = os.path.join(os.path.abspath(hub_path), SCRATCH)
+    try:
+        os.makedirs(base, exist_ok=True)
+        _sweep(base)
+        tmp = tempfile.mkdtemp(prefix=NEW, dir=base)
+    except OSError:
+        base, tmp = "", tempfile.mkdtemp(prefix="gitdrop-bundle-")
+    fd = os.open(os.path.join(tmp, OWNER), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        if base:   # locked, it gets the name a sweep looks at (and leaves alone)
+            name = os.path.join(base, "bundle-" + os.path.basename(tmp)[len(NEW):])
+            os.rename(tmp, name)
+            tmp = name
+        subprocess.run(["git", "init", "-q", "--bare", tmp], check=True, capture_output=True)
+        with open(os.path.join(tmp, "objects", "info", "alternates"), "w") as f:
+            f.write(os.path.join(os.path.abspath(hub_path), "objects") + "\n")
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(fd)
+
+
+def _sweep(base: str) -> None:
+    """Remove the scratch repositories of dead processes: their owner's flock is
+    free (or, not yet locked, they are older than a minute)."""
+    for name in os.listdir(base):
+        d = os.path.join(base, name)
+        if name.startswith(NEW):
+            with contextlib.suppress(OSError):
+                if time.time() - os.stat(d).st_mtime > YOUNG:
+                    shutil.rmtree(d, ignore_errors=True)
+            continue
+        try:
+            fd = os.open(os.path.join(d, OWNER), os.O_RDONLY)
+        except FileNotFoundError:   # named only once locked: its owner is removing it
+            continue
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:   # held: a live export or import
+            pass
+        finally:
+            os.close(fd)
 
 
 def teams_needed(view) -> list[str]:
@@ -60,8 +125,7 @@ def export(store, room: str, path: str) -> dict:
     view = store.view(room)
     hub_tip = store.tip(model.HUB_REF)
     hub_tree = store.reader.commit(hub_tip).tree if hub_tip else None
-    tmp = _scratch(store.path)
-    try:
+    with _scratch(store.path) as tmp:
         repo = pygit2.Repository(tmp)
         tb, sub = repo.TreeBuilder(), repo.TreeBuilder()
         teams = []
@@ -79,8 +143,6 @@ def export(store, room: str, path: str) -> dict:
         part = out + ".part"
         _git(tmp, "bundle", "create", "--quiet", part, ref, TEAMS_REF)
         os.replace(part, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {"room": room, "file": out, "tip": tip, "teams": teams,
             "teams_commit": str(teams_commit)}
 
@@ -110,9 +172,10 @@ def _heads(path: str) -> tuple[str, str, str]:
     return rooms[0][0], rooms[0][1], teams
 
 
-def import_room(hub, path: str) -> dict:
-    """Bring a bundle's room into `hub` (a hub on this machine), judged by the rules
-    first; nothing is written unless all of it is accepted."""
+def import_room(hub, path: str, name: str = "") -> dict:
+    """Bring a bundle's room into `hub` (a hub on this machine), as room `name` if
+    given (else under its own name), judged by the rules first; nothing is written
+    unless all of it is accepted."""
     import pygit2
     from .catfile import CatFile
     from .verify import check_commits
@@ -120,21 +183,18 @@ def import_room(hub, path: str) -> dict:
         raise UsageError("a room is imported on the hub's machine: it moves a room's ref, "
                          "which a push may not do", f"copy {path} there and run gitdrop "
                          f"--hub /path/to/hub.git room import {path}")
-    room, new, teams_commit = _heads(path)
+    source, tip, teams_commit = _heads(path)
+    room = model.check_name("room", name) if name else source
     store = hub.store
     ref = store.room_ref(room)
     if store.tip(model.ARCHIVE_PREFIX + room):
         raise Refusal("format", f"room {room!r} is archived in this hub; an import cannot "
                       "re-create it", f"restore it first (gitdrop room restore {room}) to "
-                      "import a history that extends it", commit=ref)
-    old = store.tip(ref)
-    if old == new or (old and _contains(store.path, old, new)):
-        return {"room": room, "tip": new, "commits": 0, "teams": [], "up_to_date": True}
-    tmp = _scratch(store.path)
-    reader = None
-    try:
-        specs = [f"{ref}:refs/import/room"] + ([f"{TEAMS_REF}:refs/import/teams"]
-                                               if teams_commit else [])
+                      "import a history that extends it, or import under another name "
+                      "(--name)", commit=ref)
+    with _scratch(store.path) as tmp:
+        specs = [f"{model.ROOM_PREFIX}{source}:refs/import/room"] + (
+            [f"{TEAMS_REF}:refs/import/teams"] if teams_commit else [])
         p = _git(tmp, "-c", "fetch.fsckObjects=true", "-c", "transfer.fsckObjects=true",
                  "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", path, *specs,
                  check=False)
@@ -142,31 +202,177 @@ def import_room(hub, path: str) -> dict:
             raise Refusal("format", f"{path} is damaged or incomplete: "
                           f"{p.stderr.strip()[-300:]}", "export the room again")
         repo = pygit2.Repository(tmp)
+        new = tip if room == source else _Renamer(repo, source, room).run(tip)
         hub_tip = store.tip(model.HUB_REF)
         if hub_tip:
             repo.references.create(model.HUB_REF, pygit2.Oid(hex=hub_tip))
         missing = _plan_teams(hub, repo, teams_commit)
         new_hub = _commit_teams(repo, hub_tip, missing)
+        old = store.tip(ref)
+        done = bool(old) and (old == new or _contains(tmp, old, new))
+        moved = ""
+        if not done:   # the room as this hub keeps rooms: in the current layout
+            repo.references.create(ref, pygit2.Oid(hex=new), force=True)
+            moved = _move_layout(tmp, room, new)
+            new = moved or new
         reader = CatFile(tmp)
-        if missing:   # the team registry's own rules, as for a push of the hub branch
-            check_commits(reader, model.HUB_REF, hub_tip, new_hub, None)
-        ops = check_commits(reader, ref, old, new, None)
-        _check_leads_here(reader, room, new, new_hub)
-        for t in missing:
-            hub.register_team(t["name"], t["lead"], t["members"], by=t["lead"])
-        _git(store.path, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
-             "--no-write-fetch-head", path, ref)
-        # the store's own compare-and-swap: logged and synced like any write, and a
-        # lock a killed writer left is cleared
-        if not store._cas(ref, old, new, f"import of room {room}", store._writer()):
-            raise Conflict(f"room {room} moved in this hub while it was imported",
-                           "run the import again: it is judged against the room's new tip")
-    finally:
-        if reader is not None:
+        try:
+            if missing:   # the team registry's own rules, as for a push of the hub branch
+                check_commits(reader, model.HUB_REF, hub_tip, new_hub, None)
+            ops = [] if done else check_commits(reader, ref, old, new, None)
+            if not done:
+                _check_leads_here(reader, room, new, new_hub)
+        finally:
             reader.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"room": room, "tip": new, "commits": len(ops), "extended": bool(old),
-            "teams": [t["name"] for t in missing], "up_to_date": False}
+        if not done:
+            _git(store.path, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
+                 "--no-write-fetch-head", tmp, ref)
+            # the store's own compare-and-swap: logged and synced like any write, and a
+            # lock a killed writer left is cleared
+            if not store._cas(ref, old, new, f"import of room {room}", store._writer()):
+                raise Conflict(f"room {room} moved in this hub while it was imported; "
+                               "nothing was written", "run the import again: it is judged "
+                               "against the room's new tip")
+    registered = _register(hub, room, missing)
+    return {"room": room, "from": source, "tip": new,
+            "commits": len(ops), "extended": bool(old) and not done,
+            "layout_moved": moved, "teams": registered, "up_to_date": done}
+
+
+def _register(hub, room: str, missing: list[dict]) -> list[str]:
+    """After the room's ref moved: the teams it needs that this hub lacks. A run
+    killed before this point is finished by the next (the room is up to date then)."""
+    out = []
+    for t in missing:
+        try:
+            hub.register_team(t["name"], t["lead"], t["members"], by=t["lead"])
+        except GitdropError as e:
+            raise Refusal(e.rule, f"room {room} is imported, but team {t['name']} (lead "
+                          f"{t['lead']}) could not be registered: {e.reason}",
+                          "run the import again: it registers the teams still missing, "
+                          "or says why it cannot", commit=e.commit) from None
+        out.append(t["name"])
+    return out
+
+
+def _move_layout(tmp: str, room: str, tip: str) -> str:
+    """Move the scratch's room (at `tip`) to the current layout as a hub moves its
+    own rooms (layout.move_room, judged by the rules as it is written): the new
+    commit, or "" when it is in it. Dated as its parent, so that every hub importing
+    one bundle gets the same commit."""
+    from .store import Reader, Store
+    import pygit2
+    scratch = Store.__new__(Store)   # not Store(): no write-ahead log, no fsync setting
+    scratch.path, scratch.repo = tmp, pygit2.Repository(tmp)
+    scratch.reader, scratch.method = Reader(scratch.repo), "fsync"   # objects via pygit2
+    if not layout.is_old(scratch, room):
+        return ""
+    return layout.move_room(scratch, room, now=scratch.reader.commit(tip).time)
+
+
+class _Renamer:
+    """A room's history rewritten under another name, commit for commit: the same
+    authors, committers, dates, messages and files, but for what names the room or a
+    commit of it. room.toml's `name` (the rules hold it to the branch and never let
+    it change, so it is rewritten in every commit), the read cursors in agents/
+    (commit ids, checked by the rules) and `Gitdrop-Reply-To` trailers are mapped to
+    the new commits. Deterministic: the same history renamed twice is the same."""
+
+    NAME = re.compile(r'^name = "([^"\\\n]*)"$', re.M)
+    CURSOR = re.compile(r'^cursor = "([0-9a-f]{40})"$', re.M)
+    REPLY = re.compile(r"^(Gitdrop-(?i:reply-to): *)([0-9a-f]{4,40}) *$", re.M)
+
+    def __init__(self, repo, old: str, new: str):
+        self.repo, self.old, self.new = repo, old, new
+        self.ids: dict[str, str] = {}        # old commit -> new commit
+        self.by4: dict[str, list] = {}       # first 4 hex digits -> old commits
+        self.trees: dict = {}
+        self.blobs: dict = {}
+
+    def run(self, tip: str) -> str:
+        from .store import Reader
+        from .verify import chain
+        import pygit2
+        for c in chain(Reader(self.repo), "", tip, model.ROOM_PREFIX + self.old):
+            raw = self.repo[c.oid]
+            parents = [pygit2.Oid(hex=self.ids[c.parent])] if c.parent else []
+            oid = str(self.repo.create_commit(None, raw.author, raw.committer,
+                                              self._message(raw.raw_message),
+                                              self._root(raw.tree_id), parents))
+            self.ids[c.oid] = oid
+            self.by4.setdefault(c.oid[:4], []).append(c.oid)
+        return self.ids[tip]
+
+    def _root(self, tree):
+        import pygit2
+        if tree in self.trees:
+            return self.trees[tree]
+        t = self.repo[tree]
+        tb = self.repo.TreeBuilder(t)
+        if model.ROOM_FILE in t:
+            e = t[model.ROOM_FILE]
+            tb.insert(e.name, self._blob(e.id, self._room_toml), e.filemode)
+        if "agents" in t and t["agents"].type_str == "tree":
+            tb.insert("agents", self._agents(t["agents"].id), pygit2.GIT_FILEMODE_TREE)
+        self.trees[tree] = out = tb.write()
+        return out
+
+    def _agents(self, tree):
+        if tree in self.trees:
+            return self.trees[tree]
+        t = self.repo[tree]
+        tb = self.repo.TreeBuilder(t)
+        for e in t:
+            if e.type_str == "tree":
+                tb.insert(e.name, self._agents(e.id), e.filemode)
+            elif e.type_str == "blob" and e.name.endswith(".toml"):
+                tb.insert(e.name, self._blob(e.id, self._cursor), e.filemode)
+        self.trees[tree] = out = tb.write()
+        return out
+
+    def _blob(self, blob, change):
+        if blob not in self.blobs:
+            data = self.repo[blob].data
+            try:
+                text = change(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                text = None   # left as it is, for the rules to judge
+            self.blobs[blob] = blob if text is None else self.repo.create_blob(text.encode())
+        return self.blobs[blob]
+
+    def _room_toml(self, text: str):
+        m = self.NAME.search(text)
+        if not m or m.group(1) != self.old:
+            return None
+        out = text[:m.start(1)] + self.new + text[m.end(1):]
+        try:   # the name and nothing else: else left for the rules to refuse
+            same = fmt.loads_toml(out) == dict(fmt.loads_toml(text), name=self.new)
+        except fmt.FormatError:
+            same = False
+        return out if same else None
+
+    def _cursor(self, text: str):
+        m = self.CURSOR.search(text)
+        if not m or m.group(1) not in self.ids:
+            return None
+        return text[:m.start(1)] + self.ids[m.group(1)] + text[m.end(1):]
+
+    def _message(self, raw: bytes) -> bytes:
+        if b"Gitdrop-" not in raw:
+            return raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+        if not any(k == "reply-to" for k, _ in fmt.parse_message(text)[2]):
+            return raw
+        cut = text.rstrip("\n").rfind("\n\n") + 1   # the trailers: the last paragraph
+        return (text[:cut] + self.REPLY.sub(self._reply, text[cut:])).encode("utf-8")
+
+    def _reply(self, m) -> str:
+        v = m.group(2)
+        hits = [o for o in self.by4.get(v[:4], []) if o.startswith(v)]
+        return m.group(1) + self.ids[hits[0]][:len(v)] if len(hits) == 1 else m.group(0)
 
 
 def _check_leads_here(reader, room: str, tip: str, hub_tip: str) -> None:

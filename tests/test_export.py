@@ -1,17 +1,24 @@
 """gitdrop room export / import: a room's history and the teams it needs in one git
 bundle, brought into a second hub, judged by the rules first (a tampered bundle is
-refused by rule with nothing written), verified there, commit for commit the same."""
+refused by rule with nothing written), verified there, commit for commit the same;
+under another name (every commit rewritten, judged again); an old-layout room moved
+as it arrives; an import that loses a race or is killed leaves nothing half done."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 
 import pygit2
 import pytest
 
-from gitdrop import fmt
+from gitdrop import bundle as bundlemod
+from gitdrop import fmt, layout, model
 from gitdrop import hub as hubmod
+from gitdrop import verify as verifymod
+from gitdrop.errors import Conflict
 
 from conftest import git
 
@@ -38,10 +45,9 @@ def state(path):
     return refs, set(objs.split())
 
 
-@pytest.fixture
-def source(tmp_path):
-    """Hub A with a room dev for team core: agents, messages, a claimed task."""
-    a = hubmod.init(str(tmp_path / "a.git"))
+def make_source(path):
+    """A hub with a room dev for team core: agents, messages, a claimed task."""
+    a = hubmod.init(path)
     a.room("lobby").register("core/juno", ["lead"])
     a.register_team("core", "core/juno", ["core/spartan"], by="core/juno")
     a.create_room("core/juno", "dev", ["core"])
@@ -53,6 +59,12 @@ def source(tmp_path):
     dev.inbox("core/spartan")
     dev.move_task("core/spartan", tid, "claim")
     return a
+
+
+@pytest.fixture
+def source(tmp_path):
+    """Hub A with a room dev for team core: agents, messages, a claimed task."""
+    return make_source(str(tmp_path / "a.git"))
 
 
 def test_round_trip_to_a_second_hub(source, tmp_path):
@@ -190,3 +202,200 @@ def test_a_bundle_without_its_teams_cannot_name_leads_this_hub_has_not(source, t
     assert refused["rule"] == "lead-only", refused
     assert "core/juno" in refused["reason"] and "core/other" in refused["reason"]
     assert state(b.path) == before
+
+
+def revs(path, room):
+    """The room's commit ids, oldest first."""
+    return git("rev-list", "--reverse", f"refs/heads/rooms/{room}", cwd=path).stdout.split()
+
+
+# The import in a process of its own, killed (kill -9) at a chosen line: "teams"
+# when it registers the first team, "judging" when it judges the room's commits
+# (the slowest part of a big import: the whole bundle is unpacked by then).
+KILLED = """
+import os, signal, sys
+from gitdrop import bundle, hub, verify
+def die(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[3] == "teams":
+    hub.Hub.register_team = die
+else:
+    real = verify.check_commits
+    def check(reader, ref, *a, **k):
+        if ref.startswith("refs/heads/rooms/"):
+            die()
+        return real(reader, ref, *a, **k)
+    verify.check_commits = check
+bundle.import_room(hub.Hub(sys.argv[1]), sys.argv[2])
+"""
+
+
+def killed_import(hub_path, bundle, where, tmpdir):
+    p = subprocess.run([sys.executable, "-c", KILLED, hub_path, bundle, where], cwd=ROOT,
+                       capture_output=True, text=True,
+                       env=dict(os.environ, TMPDIR=str(tmpdir)))
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr)
+
+
+def test_an_import_that_loses_the_race_registers_no_team(source, tmp_path, monkeypatch):
+    """The room is judged, then someone creates a room of that name here before the
+    import moves the ref: the import is refused (conflict) and the teams it would
+    have registered are not."""
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    bundlemod.export(source.store, "dev", bundle)
+    real, raced = verifymod.check_commits, {}
+
+    def racing(reader, ref, *a, **k):
+        if ref == "refs/heads/rooms/dev" and not raced:
+            raced.update(hubmod.Hub(b.path).create_room("hub/admin", "dev", open_=True))
+        return real(reader, ref, *a, **k)
+    monkeypatch.setattr(verifymod, "check_commits", racing)
+    with pytest.raises(Conflict) as e:
+        bundlemod.import_room(b, bundle)
+    assert b.team("core", missing_ok=True) is None
+    assert "team core" not in git("log", "--format=%s", "refs/heads/hub", cwd=b.path).stdout
+    assert b.store.tip("refs/heads/rooms/dev") == raced["commit"]   # the winner's room
+    assert "nothing was written" in e.value.reason and "again" in e.value.fix
+
+
+def test_a_kill_between_the_room_and_its_teams_is_finished_by_running_again(source, tmp_path):
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    (tmp_path / "tmp").mkdir()
+    killed_import(b.path, bundle, "teams", tmp_path / "tmp")
+    # the room's ref moved first; the kill came before its team was registered
+    assert b.store.tip("refs/heads/rooms/dev") == source.store.room_tip("dev")
+    assert b.team("core", missing_ok=True) is None
+    again, _ = cli(b.path, "room", "import", bundle)
+    assert again["up_to_date"] is True and again["teams"] == ["core"], again
+    assert b.team("core")["lead"] == "core/juno"
+    assert b.team("core")["members"] == source.team("core")["members"]
+    third, _ = cli(b.path, "room", "import", bundle)
+    assert third["up_to_date"] is True and third["teams"] == []
+    v, _ = cli(b.path, "verify", "dev")
+    assert v["verified"] is True
+
+
+def test_a_killed_import_leaves_no_temporary_files_and_the_next_clears_them(source, tmp_path):
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    killed_import(b.path, bundle, "judging", tmpdir)
+    assert os.listdir(tmpdir) == []        # nothing in the system's temporary directory
+    scratch = os.path.join(b.path, "gitdrop", "tmp")
+    left = os.listdir(scratch)
+    assert len(left) == 1 and left[0].startswith("bundle-"), left
+    # killed with the bundle unpacked there (the room's tip is in no hub ref)
+    assert git("--git-dir", os.path.join(scratch, left[0]), "cat-file", "-e",
+               source.store.room_tip("dev"), check=False).returncode == 0
+    assert b.store.tip("refs/heads/rooms/dev") == "" and b.team("core", missing_ok=True) is None
+    # the next import clears the dead one's scratch, not a live one's (this process)
+    with bundlemod._scratch(b.path) as live:
+        got, _ = cli(b.path, "room", "import", bundle, env={"TMPDIR": str(tmpdir)})
+        assert got["commits"] > 5 and got["teams"] == ["core"]
+        assert os.listdir(scratch) == [os.path.basename(live)]
+    assert os.listdir(scratch) == [] and os.listdir(tmpdir) == []
+    assert log(b.path) == log(source.path)
+
+
+def test_a_room_imported_under_another_name(source, tmp_path):
+    """--name: beside the original in its own hub, and in a second hub; every commit
+    rewritten (room.toml's name, read cursors, reply ids), judged by the rules again;
+    the same bundle renamed twice gives the same commits."""
+    dev = source.room("dev")
+    asked = dev.send("core/juno", "core/spartan", "is the parser ready?")["commit"]
+    dev.inbox("core/spartan")
+    dev.send("core/spartan", "core/juno", "nearly", reply_to=asked[:10])
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    got, _ = cli(source.path, "room", "import", bundle, "--name", "copy")
+    assert got["room"] == "copy" and got["from"] == "dev" and got["teams"] == []
+    # the same commits (authors, dates, messages), none of the same ids
+    fields = "--format=%an %ad %s%n%b"
+    same = [git("log", fields, f"refs/heads/rooms/{r}", cwd=source.path).stdout
+            for r in ("dev", "copy")]
+    old, new = revs(source.path, "dev"), revs(source.path, "copy")
+    assert len(old) == len(new) == got["commits"] and not set(old) & set(new)
+    pos = {o: i for i, o in enumerate(old)}
+    view = source.store.view("copy")
+    assert view.room["name"] == "copy" and source.store.view("dev").room["name"] == "dev"
+    for a in source.store.view("dev").agents():   # each cursor at the same place
+        assert view.agent(a["id"])["cursor"] == new[pos[a["cursor"]]]
+    reply = source.store.reader.commit(new[-1])
+    assert fmt.trailer(reply.trailers, "reply-to") == new[pos[asked]][:10]
+    assert same[0].replace(asked[:10], new[pos[asked]][:10]) == same[1]
+    v, _ = cli(source.path, "verify", "copy")
+    assert v["verified"] is True and v["commits"] == len(new)
+    # two rooms now: a write to the copy leaves the original as it was
+    tip = source.store.room_tip("copy")
+    copy = source.room("copy")
+    copy.inbox("core/juno")
+    copy.send("core/juno", "all", "the copy lives on its own")
+    assert revs(source.path, "dev") == old
+    again, _ = cli(source.path, "room", "import", bundle, "--name", "copy")
+    assert again["up_to_date"] is True
+    # in a second hub: the same commits, its team registered, extended later
+    b = hubmod.init(str(tmp_path / "b.git"))
+    there, _ = cli(b.path, "room", "import", bundle, "--name", "copy")
+    assert there["tip"] == tip and there["teams"] == ["core"]
+    dev.inbox("core/juno")
+    dev.send("core/juno", "core/spartan", "one more")
+    cli(source.path, "room", "export", "dev", bundle)
+    more, _ = cli(b.path, "room", "import", bundle, "--name", "copy")
+    assert more["extended"] is True and more["commits"] == 2
+    assert git("log", "-1", "--format=%s", "refs/heads/rooms/copy", cwd=b.path).stdout \
+        .strip().endswith("one more")
+    # a hostile name, and the name of a room this hub has: refused, nothing written
+    before = state(b.path)
+    refused, p = cli(b.path, "room", "import", bundle, "--name", "../hub", ok=False)
+    assert p.returncode == 2 and refused["rule"] == "usage"
+    refused, _ = cli(b.path, "room", "import", bundle, "--name", "lobby", ok=False)
+    assert refused["rule"] == "linear-history"
+    assert state(b.path) == before
+
+
+@pytest.fixture
+def old_source(tmp_path, monkeypatch):
+    """make_source's hub as gitdrop made it in layout 1 (agents/<team>/<name>.toml,
+    tasks/<id>.md), still unmoved."""
+    with monkeypatch.context() as m:
+        m.setattr(model, "LAYOUT", 1)
+        a = make_source(str(tmp_path / "old.git"))
+    assert a.store.view("dev").layout == 1
+    return a
+
+
+def test_a_room_of_the_old_layout_is_moved_as_it_is_imported(old_source, tmp_path):
+    a = old_source
+    bundle = str(tmp_path / "dev.bundle")
+    cli(a.path, "room", "export", "dev", bundle)
+    assert a.store.view("dev").layout == 1          # exporting moved nothing
+    b = hubmod.init(str(tmp_path / "b.git"))
+    got, _ = cli(b.path, "room", "import", bundle)
+    view, was = b.store.view("dev"), a.store.view("dev")
+    assert view.layout == model.LAYOUT and view.commit == got["layout_moved"]
+    # the source's history, then the hub's own move (layout.move_room), by hub/admin
+    c = b.store.reader.commit(view.commit)
+    assert c.author == layout.MOVER and fmt.trailer(c.trailers, "op") == layout.OP
+    assert c.parent == a.store.room_tip("dev") and c.time == a.store.reader.commit(c.parent).time
+    assert revs(b.path, "dev")[:-1] == revs(a.path, "dev")
+    assert {x["id"]: x for x in view.agents()} == {x["id"]: x for x in was.agents()}
+    assert {t: view.task(t) for t in view.task_ids()} == {t: was.task(t) for t in was.task_ids()}
+    assert view.text(model.agent_path("core/spartan")) and \
+        view.text(model.agent_path("core/spartan", 1)) is None
+    v, _ = cli(b.path, "verify", "dev")
+    assert v["verified"] is True and v["commits"] == got["commits"]
+    again, _ = cli(b.path, "room", "import", bundle)
+    assert again["up_to_date"] is True
+    # every hub that imports the bundle gets the same commits; renamed, it moves too
+    c2 = hubmod.init(str(tmp_path / "c.git"))
+    assert cli(c2.path, "room", "import", bundle)[0]["tip"] == got["tip"]
+    renamed, _ = cli(b.path, "room", "import", bundle, "--name", "dev2")
+    assert renamed["layout_moved"] and b.store.view("dev2").layout == model.LAYOUT
+    assert cli(b.path, "verify", "dev2")[0]["verified"] is True
+    # the moved room works
+    hubmod.Hub(b.path).room("dev").send("core/spartan", "core/juno", "on it")

@@ -246,19 +246,29 @@ def room_export(s: Scope, name: Annotated[str, typer.Argument(help="The room.")]
 
 @command(room_app, "import")
 def room_import(s: Scope, file: Annotated[str, typer.Argument(
-        help="A bundle written by gitdrop room export.")]):
-    """Bring a room from a bundle into this hub: its teams are registered and its
-    commits judged by the rules first; nothing is written unless all are accepted.
-    Over an existing room only a history that extends it is taken."""
+        help="A bundle written by gitdrop room export.")],
+        name: Annotated[Optional[str], typer.Option(
+            "--name", metavar="ROOM", help="Import the room under this name (a copy "
+            "beside the original, or on another hub): every commit is rewritten.",
+            show_default=False)] = None):
+    """Bring a room from a bundle into this hub: its commits are judged by the rules
+    first, and nothing is written unless all are accepted; then the room's ref moves
+    and its missing teams are registered (a run cut short is finished by running it
+    again). Over an existing room only a history that extends it is taken."""
     from ..bundle import import_room
-    r = import_room(s.hub, file)
+    r = import_room(s.hub, file, name or "")
+    teams = f"; teams registered: {', '.join(r['teams'])}" if r["teams"] else ""
     if r["up_to_date"]:
-        s.emit(r, f"room {r['room']} is already at {short_id(r['tip'])}; nothing to import")
+        s.emit(r, f"room {r['room']} already holds this history{teams}; nothing else "
+                  "to import")
         return
-    s.emit(r, f"room {r['room']} imported: {r['commits']} commits "
+    s.emit(r, f"room {r['room']} imported"
+              + (f" from room {r['from']} (renamed)" if r["from"] != r["room"] else "")
+              + f": {r['commits']} commits "
               + ("added to its history" if r["extended"] else "checked and accepted")
-              + (f"; teams registered: {', '.join(r['teams'])}" if r["teams"] else "")
-              + f"\nnext: gitdrop verify {r['room']}")
+              + (f", moved to the current layout ({short_id(r['layout_moved'])})"
+                 if r["layout_moved"] else "")
+              + f"{teams}\nnext: gitdrop verify {r['room']}")
 
 
 # --- upkeep -----------------------------------------------------------------------
