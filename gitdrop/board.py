@@ -2,7 +2,8 @@
 
 `board_data(room)` gathers what a frame shows from the core's own reads (who,
 list_tasks, questions, handshakes, log), so it sees exactly what the commands see:
-the agents with their health, the task each is on and its last act; the tasks in
+the agents with their health, the task each is on and its last act (in a big
+room only those that matter, busy or recent, with the full count); the tasks in
 columns by state, each column capped with its full count; the open questions;
 the handshakes still waiting on acks and who owes them; the last events.
 `render(data, width, height)` draws that as one rich renderable of the given
@@ -31,6 +32,8 @@ ON = ("in_progress", "feedback", "review", "blocked", "assigned")
 MAIN = ("pending", "in_progress", "review", "completed")   # kept on a narrow screen
 PER_COLUMN = 50   # tasks kept per column (the count is always the full one)
 EVENTS = 15
+AGENTS = 50       # agents kept: who() of 10,000 costs a second a frame (the count is full)
+LOG = 200         # commits read for the last events and each shown agent's last act
 
 
 def _age(ts: int, now: int) -> str:
@@ -73,9 +76,31 @@ def _headers(room, view):
     return room.list_tasks(include_done=True)   # a room without the index reader
 
 
-def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS) -> dict:
+def _agents(room, view, held: dict, log: list, limit: int) -> tuple[list[dict], int]:
+    """who() of the agents a frame shows, and how many agents the room has. A room
+    of at most `limit` shows all; a bigger one the agents that matter, at most
+    `limit`: the latest authors, then those on a task (the latest moved first), then
+    the leads. Only their files are read."""
+    ids = view.agent_ids()
+    if len(ids) <= limit:
+        return room.who_page()["agents"], len(ids)
+    here = set(ids)
+    busy = sorted(held, key=lambda a: -max(t["updated"] for t in held[a]))
+    pick = []
+    for a in [e["author"] for e in reversed(log)] + busy + sorted(
+            view.room.get("leads", {}).values()):
+        if a in here and a not in pick:
+            pick.append(a)
+            if len(pick) == limit:
+                break
+    return room.who_page(only=pick)["agents"], len(ids)
+
+
+def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS,
+               per_agents: int = AGENTS) -> dict:
     """Everything one frame of the board shows, as plain data (the JSON of
-    `gitdrop board --json`)."""
+    `gitdrop board --json`): `agents` are at most `per_agents` of `agents_total`
+    (`agents_more` left out, gitdrop who lists them all)."""
     import heapq
 
     from . import deps
@@ -83,8 +108,7 @@ def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS) -> dict
     view = room.view()
     headers = _headers(room, view)
     lookup = {str(h["id"]): h for h in headers}.get
-    agents = room.who()
-    log = room.log(n=max(200, 3 * len(agents)))          # newest last
+    log = room.log(n=LOG)          # newest last
     handshakes = [h for h in room.handshakes() if h["status"] != "go"]
 
     by_state = {s: [] for s in COLUMNS}
@@ -102,6 +126,8 @@ def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS) -> dict
                               "question": t["question"], "asked_by": t["assignee"],
                               "for": t["creator"], "since": t["updated"]})
     questions.sort(key=lambda q: (q["since"], deps._num(q["task"])))
+
+    agents, agents_total = _agents(room, view, held, log, per_agents)
 
     columns = []
     for st in COLUMNS:
@@ -144,7 +170,8 @@ def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS) -> dict
 
     return {
         "room": room.name, "now": now, "tip": view.commit, "tasks_total": len(headers),
-        "counts": counts, "agents": out_agents, "columns": columns,
+        "counts": counts, "agents": out_agents, "agents_total": agents_total,
+        "agents_more": agents_total - len(out_agents), "columns": columns,
         "questions": [dict(q, age=_age(q["since"], now)) for q in questions],
         "handshakes": [{"id": h["id"], "initiator": h["initiator"], "plan": _line(h["plan"]),
                         "targets": h["targets"], "acked": h["acked"], "owed_by": h["pending"],
@@ -181,7 +208,7 @@ def _header(data, note: str = ""):
     head = Text()
     head.append(f" gitdrop board · {data['room']} ", style="bold reverse")
     head.append(f"  {time.strftime('%H:%M:%S', time.localtime(data['now']))} · "
-                f"{len(data['agents'])} agents · {data['tasks_total']} tasks"
+                f"{data['agents_total']} agents · {data['tasks_total']} tasks"
                 + (f" ({c['cancelled']} cancelled)" if c.get("cancelled") else "")
                 + f" · {len(data['questions'])} open questions · "
                 f"{len(data['handshakes'])} handshakes waiting")
@@ -199,7 +226,8 @@ def _agents_table(data, rows: int):
     t.add_column("on", no_wrap=True, ratio=1)
     t.add_column("last act", no_wrap=True, ratio=1)
     agents = data["agents"]
-    shown = agents if len(agents) <= rows else agents[:max(rows - 1, 0)]
+    cut = len(agents) > rows or data["agents_more"]   # a row kept for "… N more"
+    shown = agents[:max(rows - 1, 0)] if cut else agents
     for a in shown:
         name = a["agent"] + (" ★" if a["lead"] else "")
         cur = a["current"]
@@ -211,8 +239,10 @@ def _agents_table(data, rows: int):
         last.append(a["last_act_subject"] or "")
         t.add_row(Text(name), Text(a["health"], style=HEALTH_STYLES.get(a["health"], "")),
                   on, last)
-    if len(shown) < len(agents):
-        t.add_row(Text(f"… {len(agents) - len(shown)} more", style="dim"), "", "", "")
+    more = len(agents) - len(shown) + data["agents_more"]
+    if more:
+        t.add_row(Text(f"… {more} more" + (" (gitdrop who)" if data["agents_more"] else ""),
+                       style="dim"), "", "", "")
     return t
 
 
@@ -315,13 +345,14 @@ def render(data: dict, width: int = 160, height: int = 50, note: str = "",
     from rich.text import Text
 
     height = max(height, 16)
-    agents_rows = min(len(data["agents"]) + 1, max(3, (height - 6) // 4))
+    agents_rows = min(len(data["agents"]) + 1 + bool(data["agents_more"]),
+                      max(3, (height - 6) // 4))
     bottom = max(6, min(EVENTS + 2, (height - 6) // 3))
     middle = height - 2 - (agents_rows + 3) - bottom
     layout = Layout()
     layout.split_column(
         Layout(_header(data, note), name="head", size=1),
-        Layout(Panel(_agents_table(data, agents_rows), title=f"Agents ({len(data['agents'])})",
+        Layout(Panel(_agents_table(data, agents_rows), title=f"Agents ({data['agents_total']})",
                      title_align="left", border_style="dim"), name="agents",
                size=agents_rows + 3),
         Layout(name="tasks", size=max(middle, 5)),

@@ -262,12 +262,16 @@ class Room:
         tasks it holds, the last it claimed and the last it completed."""
         return self.who_page()["agents"]
 
-    def who_page(self, offset: int = 0, limit: int = 0) -> dict:
+    def who_page(self, offset: int = 0, limit: int = 0, only=None) -> dict:
         """who() for the agents from `offset` on, at most `limit` of them (0: all),
-        by id: {"agents", "total", "offset", "more" (how many follow)}. Only the
-        page's agent files are read, and the walk for last acts is bounded."""
+        by id: {"agents", "total", "offset", "more" (how many follow)}; `only`: of
+        these agents alone (those registered). Only the page's agent files are
+        read, and the walk for last acts is bounded."""
         view, now = self.view(), self.clock()
         ids = view.agent_ids()
+        if only is not None:
+            only = set(only)
+            ids = [a for a in ids if a in only]
         offset = max(0, int(offset))
         page = ids[offset:offset + limit] if limit > 0 else ids[offset:]
         agents = view.agents(page)

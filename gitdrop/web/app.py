@@ -26,7 +26,8 @@ from starlette.routing import Route
 
 from .. import board as boardmod
 from .. import events as eventsmod
-from .. import tokens
+from .. import model, tokens
+from ..core import by_short_name
 from ..errors import GitdropError, NotFound, Refusal, UsageError
 from . import charts, pages
 
@@ -129,11 +130,15 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         s = b.session(request)
         return (s["a"], s["c"]) if s else ("", "")
 
-    def humans_of(room):
-        return {a["agent"] for a in room.who() if a.get("human")}
+    def humans_of(room, ids):
+        """Which of `ids` are people (register --human), from their own files: who()
+        of a room of 10,000 agents is a second."""
+        view = room.view()
+        return {a for a in set(ids) if model.is_agent_id(a)
+                and (view.agent(a) or {}).get("human")}
 
     def is_human(room, agent):
-        return bool(agent) and agent in humans_of(room)
+        return bool(humans_of(room, [agent]))
 
     def html(text, status=200, headers=None):
         h = {"Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
@@ -214,7 +219,8 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         hist = room.history(n=500, task=str(t["id"]), messages_only=False)
         moves = [h for h in hist if h["op"] != "send"]
         msgs = [h for h in hist if h["op"] == "send"]
-        humans = humans_of(room)
+        humans = humans_of(room, [t["assignee"], t["creator"], t["reviewer"]]
+                           + [h["from"] for h in hist])
         return pages.task(name, t, moves, msgs, user, csrf, humans, user in humans, err, ok)
 
     async def task(request):
@@ -225,12 +231,11 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
 
     def agent_page(name, agent, user):
         room = b.room(name)
-        agents = room.who()
-        found = [a for a in agents if a["agent"] == agent] or \
-            [a for a in agents if a["agent"].split("/")[-1] == agent]
-        if not found:
+        ids = room.view().agent_ids()
+        aid = agent if agent in ids else by_short_name(agent, ids)
+        if not aid:
             raise NotFound(f"no agent {agent} in room {name!r}", "see the board's agents")
-        a = found[0]
+        a = room.who_page(only=[aid])["agents"][0]
         mine = room.list_tasks(assignee=a["agent"], include_done=True)
         hist = room.history(n=HISTORY_CAP, messages_only=False)
         acts = [h for h in hist if h["from"] == a["agent"]][-50:]

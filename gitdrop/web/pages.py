@@ -101,7 +101,7 @@ def board_fragment(data: dict, csrf: str = "") -> str:
     room = data["room"]
     humans = {a["agent"] for a in data["agents"] if a.get("human")}
     out = [f'<div id="board" data-tip="{e(data["tip"])}"><p class="dim">'
-           f'{len(data["agents"])} agents · {data["tasks_total"]} tasks · '
+           f'{data["agents_total"]} agents · {data["tasks_total"]} tasks · '
            f'{len(data["questions"])} open questions · {len(data["handshakes"])} '
            f'handshakes waiting · as of {e(when(data["now"]))}</p>']
     out.append('<h2>Agents</h2><table id="agents"><tr><th>agent</th><th>health</th><th>on</th>'
@@ -113,6 +113,9 @@ def board_fragment(data: dict, csrf: str = "") -> str:
         out.append(f'<tr><td>{agent_link(room, a["agent"], humans)}{" ★" if a["lead"] else ""}'
                    f'</td><td>{e(a["health"])}</td><td>{on}</td><td><span class="dim">'
                    f'{e(a["last_act_age"])}</span> {e(a["last_act_subject"])}</td></tr>')
+    if data["agents_more"]:   # a big room: the busy and recent ones are shown
+        out.append(f'<tr class="more"><td colspan="4" class="dim">… {data["agents_more"]} more '
+                   f'(<code>gitdrop who</code> lists them all)</td></tr>')
     out.append('</table><h2>Tasks</h2><div class="cols">')
     for c in data["columns"]:
         out.append(f'<div class="col" data-state="{e(c["state"])}"><h3>{e(TITLES[c["state"]])} '
