@@ -434,3 +434,32 @@ def test_a_push_that_times_out_is_queued_not_left_in_the_mirror(served, tmp_path
     monkeypatch.undo()
     h.store.sync()
     assert texts(served.hub) == ["during timeout"]
+
+
+def test_one_function_words_the_queued_answer_for_both_faces(served, tmp_path,
+                                                              monkeypatch):
+    """The CLI and the MCP server add the same fields, from RemoteStore.queued_answer;
+    the MCP server's note does not tell an agent with no shell to run a command."""
+    import re
+    from gitdrop.mcp.server import ToolCalls
+    from gitdrop.mcp.tools import ToolBox
+    src = os.path.join(ROOT, "gitdrop")
+    wording = [os.path.relpath(os.path.join(d, n), src) for d, _, names in os.walk(src)
+               for n in names if n.endswith(".py") and "not yet on the hub" in
+               open(os.path.join(d, n)).read()]
+    assert wording == ["transports/remote.py"]
+    cli(served, tmp_path, "who")
+    monkeypatch.setenv("GITDROP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITDROP_OFFLINE", "queue")
+    calls = ToolCalls(ToolBox(served.url, "lobby", "core/spartan"), ["send"])
+    served.stop()
+    mcp = calls.call("send", {"to_agent": "kai", "message": "via MCP"})["structuredContent"]
+    doc, _ = cli(served, tmp_path, "send", "core/kai", "-m", "via CLI", "--as",
+                 "core/spartan", env={"GITDROP_OFFLINE": "queue"})
+    assert mcp["queued"] is True and doc["queued"] is True
+    assert mcp["queue_ids"] == [1] and doc["queue_ids"] == [2]
+    first = re.compile(r"^QUEUED, not yet on the hub: .*? the hub has not judged it\. ")
+    assert first.match(mcp["note"]) and first.match(doc["note"])
+    assert "Send the queue with gitdrop sync" in doc["note"]
+    assert "when gitdrop sync runs on the machine this server runs on" in mcp["note"]
+    assert "nothing to do here" in mcp["note"] and not re.search(r"\bRun gitdrop", mcp["note"])

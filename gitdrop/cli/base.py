@@ -197,11 +197,9 @@ class Scope:
     def emit(self, data: dict, human=None) -> None:
         """The result: one JSON document, or what a person reads (a str or a callable).
         A write a remote hub could not take yet says so (queued: true, and a line)."""
-        take = getattr(getattr(self._hub, "store", None), "take_queued", None)
-        queued = take() if take else []
-        if queued:
-            note = self._hub.store.queued_note(queued)
-            data = dict(data, queued=True, queue_ids=[e["id"] for e in queued], note=note)
+        answer = getattr(getattr(self._hub, "store", None), "queued_answer", None)
+        queued = answer(shell=True) if answer else {}
+        data = dict(data, **queued)
         if self.json:
             print(json.dumps(dict({"ok": True}, **data), ensure_ascii=False, default=str))
         elif callable(human):
@@ -209,7 +207,7 @@ class Scope:
         elif human is not None:
             print(human)
         if queued and not self.json:
-            print(paint(note, "yellow"))
+            print(paint(queued["note"], "yellow"))
 
     def note(self, text: str) -> None:
         """A line for people only, on stderr (stdout stays for the result)."""

@@ -345,9 +345,9 @@ class ToolCalls:
         try:
             self.box.authorize(name)
             result = fn(**kw)
-            queued = take() if take else []
+            queued = self.box.hub.store.queued_answer(shell=False) if take else {}
             if queued and isinstance(result, dict):
-                result = dict(result, queued=True, note=self.box.hub.store.queued_note(queued))
+                result = dict(result, **queued)
         except GitdropError as e:
             return _error(f"Error executing tool {name}: {mcp_tools.render_error(e)}")
         except Exception:

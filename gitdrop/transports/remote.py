@@ -269,16 +269,31 @@ class RemoteStore(Store):
         out, self._local.queued = self.taken(), []
         return out
 
-    def queued_note(self, entries: list[dict]) -> str:
-        """What a face tells the writer whose write was queued."""
+    def queued_answer(self, shell: bool = True) -> dict:
+        """What a face adds to its answer when this thread's writes were queued
+        instead of sent ({} when none were): queued, queue_ids and a note, worded
+        for a person or agent with a shell here (the CLI) or without one (an agent
+        talking to the MCP server, which cannot run gitdrop sync itself)."""
+        entries = self.take_queued()
+        if not entries:
+            return {}
         waiting = len(self.queue.pending())
         ids = ", ".join(f"#{e['id']}" for e in entries)
         why = (f"{public_url(self.url)} cannot be reached" if self.unreachable or
                waiting == len(entries) else f"{waiting - len(entries)} earlier write(s) "
                "wait before it")
-        return (f"QUEUED, not yet on the hub: {why}, so write {ids} waits in the offline "
-                f"queue ({waiting} waiting). Run gitdrop sync to send the queue "
-                "(gitdrop status shows it); until then others do not see it.")
+        note = (f"QUEUED, not yet on the hub: {why}, so write {ids} waits in this "
+                f"machine's offline queue ({waiting} waiting); until it is sent, others "
+                "do not see it and the hub has not judged it. ")
+        if shell:
+            note += ("Send the queue with gitdrop sync once the hub is reachable "
+                     "(gitdrop status shows it).")
+        else:
+            note += ("It is sent, in order, when gitdrop sync runs on the machine this "
+                     "server runs on, once the hub is reachable: nothing to do here; later "
+                     "writes wait behind it. A write the hub then refuses stays queued "
+                     "there with its rule.")
+        return {"queued": True, "queue_ids": [e["id"] for e in entries], "note": note}
 
     def _undo(self, ref: str, old: str, new: str) -> None:
         """Put the mirror's ref back where it was, if it still holds our commit."""
