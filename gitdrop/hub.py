@@ -1,6 +1,7 @@
 """A hub: the bare repository, its hooks and settings, its teams and the
 lifecycle of its rooms (create, join, leave, archive, pin, destroy, reap)."""
 
+import contextlib
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ GIT_SETTINGS = {
 }
 HOOKS = ("pre-receive",)
 REAPER = "hub/reaper"
+MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to, the tip
 DAY = 86400
 
 
@@ -99,6 +101,17 @@ def _empty_bare_repo(path: str) -> bool:
     return not any(files for _d, _s, files in os.walk(os.path.join(path, "refs")))
 
 
+def _reached(step: str) -> None:
+    """A named point of a room's ref move (the tests kill a process at each)."""
+
+
+def _release(held) -> None:
+    for _ref, tx, fd in held:
+        tx.__exit__(RuntimeError, None, None)   # frees it; commits nothing more
+        if fd is not None:
+            os.close(fd)
+
+
 class Hub:
     """A hub: its team registry (the hub branch) and the lifecycle of its rooms.
 
@@ -112,6 +125,14 @@ class Hub:
             raise no_hub(self.path)
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
+        if os.path.exists(os.path.join(self.path, MOVE_JOURNAL)):   # a move killed midway
+            try:
+                with self._moving():
+                    self._finish_move()
+            except OSError as e:   # not ours to write (a reader): the next mover does it
+                sys.stderr.write(f"gitdrop: a room move in {self.path} was cut short and "
+                                 f"is not finished yet ({e}); the next gitdrop command run "
+                                 "by the hub's owner finishes it\n")
 
     moves_layout = True
 
@@ -424,52 +445,151 @@ class Hub:
         return {"room": room, "destroyed": True, "tip": tip}
 
     def _move(self, ref: str, to: str | None, why: str, tries: int = 200) -> str:
-        """Move (or, with to=None, delete) a room's ref atomically: both refs are locked
-        first and the tip is read under the lock, so no writer can slip a commit in
-        between (a writer that finds the lock taken retries and then finds no room)."""
-        from . import locks
-        repo = self.store.repo
-        for _ in range(tries):
-            tx = repo.transaction()
-            # libgit2 takes no flock on its lock files: this process does while they
-            # are its own, so that no one takes them for a dead process's.
-            held = []
-            try:
-                tx.lock_ref(ref)
-                held.append(locks.hold(self.store.path, ref))
-                if to:
-                    tx.lock_ref(to)
-                    held.append(locks.hold(self.store.path, to))
-                tip = self.store.tip(ref)
-                if not tip:
-                    raise NotFound(f"no ref {ref}", "gitdrop room list --all")
-                if to:
-                    if self.store.tip(to):
+        """Move (or, with to=None, delete) a room's ref. Both refs are locked first
+        and the tip is read under the lock, so no writer can slip a commit in between
+        (a writer that finds the lock taken retries and then finds no room). Two refs
+        never change at once, so the move is written down first (MOVE_JOURNAL): a
+        process killed at any point leaves it to the next move or the next open of the
+        hub, which finishes it (_finish_move)."""
+        with self._moving():
+            self._finish_move()
+            for _ in range(tries):
+                held = self._lock_refs([ref] + ([to] if to else []))
+                if held is None:
+                    continue
+                try:
+                    tip = self.store.tip(ref)
+                    if not tip:
+                        raise NotFound(f"no ref {ref}", "gitdrop room list --all")
+                    if to and self.store.tip(to):
                         raise Refusal("format", f"{to} already exists",
                                       "destroy or restore the other one first")
-                    tx.set_target(to, tip, message=f"gitdrop: {why}")
-                tx.remove(ref)
-                if self.store.method == "wal":   # logged, so a replay repeats it in order
-                    updates = [(ref, tip, "")] + ([(to, "", tip)] if to else [])
-                    with wal.for_hub(self.store.path).append(updates):
-                        tx.commit()
-                else:
-                    tx.commit()
-                return tip
-            except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
-                pass
+                    self._write_journal(ref, to, tip)
+                    _reached("journaled")
+                    self._set_refs(held, [(to, "", tip)] if to else [], [(ref, tip, "")],
+                                   f"gitdrop: {why}")
+                    _reached("moved")
+                    os.unlink(self._journal_path())
+                    return tip
+                finally:
+                    _release(held)
+            raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
+
+    def _journal_path(self) -> str:
+        return os.path.join(self.store.path, MOVE_JOURNAL)
+
+    @contextlib.contextmanager
+    def _moving(self):
+        """One move of a room's ref at a time in this hub (an flock: a killed
+        mover's goes with it), so a move never finishes another that is under way."""
+        from .locks import fcntl
+        path = self._journal_path() + ".lock"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _write_journal(self, ref: str, to: str | None, tip: str) -> None:
+        path = self._journal_path()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{ref}\n{to or ''}\n{tip}\n")
+            if self.store.method != "none":
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if self.store.method != "none":
+            wal.fsync_path(os.path.dirname(path))
+
+    def _finish_move(self, tries: int = 200) -> None:
+        """Finish the move a killed process left in MOVE_JOURNAL (the caller holds
+        _moving): the new ref is made and the old one removed; but if a writer moved
+        the old ref on since (it cleared the dead mover's lock), the room stayed where
+        it was, and the new ref goes instead. Run again after a kill, it does the rest."""
+        path = self._journal_path()
+        try:
+            with open(path, encoding="ascii") as f:
+                ref, to, tip = (f.read().split("\n") + ["", ""])[:3]
+        except FileNotFoundError:
+            return
+        if not ref.startswith("refs/") or not wal.is_oid(tip) or \
+                (to and not to.startswith("refs/")):
+            sys.stderr.write(f"gitdrop: {path} is not a ref move ({ref[:60]!r}); set aside "
+                             f"as {path}.bad\n")
+            os.replace(path, path + ".bad")
+            return
+        for _ in range(tries):
+            held = self._lock_refs([ref] + ([to] if to else []))
+            if held is None:
+                continue
+            try:
+                now_ref, now_to = self.store.tip(ref), self.store.tip(to) if to else ""
+                create, remove = [], []
+                if now_ref in (tip, "") and now_to in (tip, ""):   # finish it
+                    if to and not now_to:
+                        create.append((to, "", tip))
+                    if now_ref:
+                        remove.append((ref, tip, ""))
+                elif to and now_to == tip:   # the old ref moved on: undo
+                    remove.append((to, tip, ""))
+                self._set_refs(held, create, remove, "gitdrop: a killed move finished")
+                _reached("finished")
+                os.unlink(path)
+                return
             finally:
-                tx.__exit__(RuntimeError, None, None)   # frees it; commits nothing more
-                for fd in held:
-                    if fd is not None:
-                        os.close(fd)
-            # Locked by another (ours are let go now): wait for that writer, or clear
-            # a lock whose owner is dead.
-            for r in (ref, to) if to else (ref,):
-                if os.path.exists(os.path.join(self.store.path, r + ".lock")):
-                    wal.clear_lock(self.store.path, r)
-            time.sleep(0.002)
-        raise Conflict(f"{ref} stayed locked; gave up after {tries} tries", "try again")
+                _release(held)
+        raise Conflict(f"{ref} stayed locked; gave up finishing its move after {tries} "
+                       "tries", "try again")
+
+    def _lock_refs(self, refs: list[str]) -> list | None:
+        """Each ref locked in a libgit2 transaction of its own (so that they can be
+        changed one after the other, in an order that a kill cannot make harmful): the
+        (ref, transaction, flock) list, or None when one is locked by another (then
+        waited for, or cleared if its owner is dead)."""
+        from . import locks
+        held = []
+        try:
+            for ref in refs:
+                tx = self.store.repo.transaction()
+                held.append((ref, tx, None))
+                tx.lock_ref(ref)
+                # libgit2 takes no flock on its lock files: this process does while
+                # they are its own, so that no one takes them for a dead process's.
+                held[-1] = (ref, tx, locks.hold(self.store.path, ref))
+            return held
+        except (pygit2.GitError, OSError):   # a writer holds the lock for a moment
+            _release(held)
+        for ref in refs:
+            if os.path.exists(os.path.join(self.store.path, ref + ".lock")):
+                wal.clear_lock(self.store.path, ref)
+        time.sleep(0.002)
+        return None
+
+    def _set_refs(self, held, create, remove, message: str) -> None:
+        """Make the refs of `create` and then remove those of `remove` ((ref, old,
+        new) each; their locks in `held`), one transaction at a time: new refs first,
+        so that a kill in between leaves the room under both names, never under none.
+        Logged as one write, so that a replay after a crash repeats it in order."""
+        txs = {ref: tx for ref, tx, _fd in held}
+        updates = create + remove
+
+        def apply():
+            for ref, _old, new in create:
+                txs[ref].set_target(ref, new, message=message)
+                txs[ref].commit()
+                _reached("created")
+            for ref, _old, _new in remove:
+                txs[ref].remove(ref)
+                txs[ref].commit()
+        if updates and self.store.method == "wal":
+            with wal.for_hub(self.store.path).append(updates):
+                apply()
+        else:
+            apply()
 
     def _view_at(self, room: str, tip: str) -> RoomView:
         return RoomView(self.store.reader, self.store.reader.commit(tip).tree, tip, room)

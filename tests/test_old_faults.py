@@ -1,0 +1,135 @@
+"""Three old faults, each shown with real processes killed with SIGKILL at a
+chosen point: a room's ref move cut short, the auto-responder cut between
+reading and answering, and `gitdrop wait` for a task that became ready."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gitdrop import hub as hubmod
+from gitdrop import model, wal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOM_REF = "refs/heads/rooms/r"
+ARCHIVED = model.ARCHIVE_PREFIX + "r"
+
+
+def _child(code: str, *args) -> subprocess.CompletedProcess:
+    """`code` run in a fresh Python process (sys.argv[1:] = args)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def _killed(p: subprocess.CompletedProcess) -> None:
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr[-2000:])
+
+
+# --- 1. a room's ref move (archive, restore, destroy) killed midway --------------------
+
+# Kills itself (SIGKILL) when the ref move reaches the named step, in Hub.<action>.
+MOVER = """
+    import os, signal, sys
+    from gitdrop import hub as hubmod
+    path, action, step = sys.argv[1:4]
+    def reached(name):
+        if name == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+    hubmod._reached = reached
+    h = hubmod.Hub(path)
+    getattr(h, action)("r", "t/ann")
+    print("not killed")
+"""
+
+
+def _room_hub(tmp_path):
+    """A hub whose dead writers' locks are cleared after 0.2 s (not 2 s): a finisher
+    takes the killed mover's locks for dead only once they are that old."""
+    path = str(tmp_path / "hub.git")
+    h = hubmod.init(path, room="")
+    h.store.repo.config["gitdrop.staleLockSeconds"] = "0.2"
+    h = hubmod.Hub(path)
+    h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
+    r = h.room("r")
+    r.register("t/ann", ["lead"])
+    r.register("t/bob")
+    r.send("t/bob", "t/ann", "before the move")
+    return path, h.store.room_tip("r")
+
+
+def _refs(path):
+    s = hubmod.Hub(path).store   # the open finishes a move cut short
+    return s.tip(ROOM_REF), s.tip(ARCHIVED)
+
+
+def _journal(path):
+    return os.path.exists(os.path.join(path, hubmod.MOVE_JOURNAL))
+
+
+@pytest.mark.parametrize("step", ["journaled", "created", "moved"])
+def test_an_archive_killed_at_any_step_is_finished_by_the_next_open(tmp_path, step):
+    path, tip = _room_hub(tmp_path)
+    _killed(_child(MOVER, path, "archive_room", step))
+    store = hubmod.Store(path)   # as the kill left it, before any Hub opens
+    if step == "created":   # the fault: the room under both names
+        assert store.tip(ROOM_REF) == tip and store.tip(ARCHIVED) == tip
+    assert _journal(path)
+    assert _refs(path) == ("", tip)
+    assert not _journal(path)
+    h = hubmod.Hub(path)
+    assert [x["room"] for x in h.rooms("archived")] == ["r"] and h.rooms("active") == []
+    h.restore_room("r", "t/ann")   # and the room lives on
+    h.room("r").send("t/bob", "t/ann", "after the move")
+    assert _refs(path)[1] == ""
+
+
+def test_a_restore_killed_between_its_two_refs_is_finished(tmp_path):
+    path, tip = _room_hub(tmp_path)
+    hubmod.Hub(path).archive_room("r", "t/ann")
+    _killed(_child(MOVER, path, "restore_room", "created"))
+    store = hubmod.Store(path)
+    assert store.tip(ROOM_REF) == tip and store.tip(ARCHIVED) == tip
+    assert _refs(path) == (tip, "")
+    assert hubmod.Hub(path).room("r").inbox("t/ann")["messages"][0]["text"] == "before the move"
+
+
+def test_a_destroy_killed_after_writing_down_its_move_is_finished(tmp_path):
+    path, tip = _room_hub(tmp_path)
+    _killed(_child(MOVER, path, "destroy_room", "journaled"))
+    assert hubmod.Store(path).tip(ROOM_REF) == tip   # nothing moved yet
+    assert _refs(path) == ("", "")
+    assert not _journal(path)
+
+
+def test_a_move_killed_then_written_to_is_undone_and_the_write_kept(tmp_path):
+    """After the kill a writer clears the dead mover's lock (its owner is gone) and
+    commits to the old ref: the room stayed where it was, so the move is undone
+    rather than finished over an accepted write; a crash after that replays the log
+    without bringing the undone ref back."""
+    path, tip = _room_hub(tmp_path)
+    _killed(_child(MOVER, path, "archive_room", "created"))
+    from gitdrop.core import Room
+    store = hubmod.Store(path)
+    written = Room(store, "r", lambda: store.reader.commit(tip).time + 1).send(
+        "t/bob", "t/ann", "while it moved")["commit"]
+    assert store.tip(ROOM_REF) == written and store.tip(ARCHIVED) == tip
+    assert _refs(path) == (written, "")
+    log = wal.for_hub(path)   # the next boot: the log is replayed
+    lap, _, size = log._head()
+    os.pwrite(log.fd, wal._header(lap, "0" * 36, size), 0)
+    for key in [k for k in wal._OPEN if k[1] in (path, os.path.realpath(path))]:
+        del wal._OPEN[key]
+    assert _refs(path) == (written, "")
+
+
+def test_the_open_that_finishes_a_move_may_be_killed_too(tmp_path):
+    path, tip = _room_hub(tmp_path)
+    _killed(_child(MOVER, path, "archive_room", "created"))
+    opener = MOVER.replace('getattr(h, action)("r", "t/ann")', "")
+    _killed(_child(opener, path, "-", "finished"))   # done, but the journal still there
+    assert _journal(path)
+    assert _refs(path) == ("", tip) and not _journal(path)
