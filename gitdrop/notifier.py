@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -40,11 +39,10 @@ def is_remote(hub: str) -> bool:
     return is_url(hub) and not os.path.exists(os.path.expanduser(hub))
 
 
-def _git(*args) -> subprocess.CompletedProcess:
+def _git_env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_TERMINAL_PROMPT"] = "0"
-    return subprocess.run(["git", *args], env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
+    return env
 
 
 class _Sub:
@@ -428,9 +426,9 @@ class Notifier:
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:
-        from .transports.remote import Unreachable
+        from .transports.remote import Unreachable, remote_timeout, run_git
         refs = [self.store.room_ref(r) for r in rooms]
-        p = _git("ls-remote", self.hub, *refs)
+        p = run_git(("ls-remote", self.hub, *refs), _git_env(), remote_timeout(), self.hub)
         if p.returncode != 0:
             raise Unreachable(f"cannot reach the hub {self.shown}: {p.stderr.strip()[-300:]}",
                               "check the URL, your credentials and that the hub exists")

@@ -463,3 +463,75 @@ def test_one_function_words_the_queued_answer_for_both_faces(served, tmp_path,
     assert "Send the queue with gitdrop sync" in doc["note"]
     assert "when gitdrop sync runs on the machine this server runs on" in mcp["note"]
     assert "nothing to do here" in mcp["note"] and not re.search(r"\bRun gitdrop", mcp["note"])
+
+
+class Silent:
+    """A TCP server on 127.0.0.1 that accepts connections and never says a word."""
+
+    def __init__(self, port=0):
+        import threading
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def test_a_hub_that_accepts_and_never_answers_costs_the_timeout_not_minutes(
+        served, tmp_path, monkeypatch):
+    cli(served, tmp_path, "who")            # the mirror, while the hub is up
+    served.stop()
+    silent = Silent(served.port)            # the hub's port now answers nothing
+    env = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_REMOTE_TIMEOUT="1",
+               NO_COLOR="1")
+
+    def run(*args, **extra):
+        start = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "--json",
+                            *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                           env=dict(env, **extra))
+        return json.loads(p.stdout), p, time.monotonic() - start
+    try:
+        doc, p, spent = run("who")
+        assert p.returncode == 7 and doc["rule"] == "unreachable", p.stderr
+        assert "sent nothing for 1 s" in doc["reason"] and \
+            "GITDROP_REMOTE_TIMEOUT" in doc["reason"] + doc["fix"]
+        assert spent < 8, spent
+        # working offline: the write is queued after one timeout, not two
+        doc, p, spent = run("send", "core/kai", "-m", "into the void", "--as", "core/juno",
+                            GITDROP_OFFLINE="queue")
+        assert p.returncode == 0 and doc["queued"] is True, p.stderr
+        assert spent < 8, spent
+        # a client with no mirror yet, over HTTP: the same bound
+        other = Silent()
+        monkeypatch.setenv("GITDROP_REMOTE_TIMEOUT", "1")
+        try:
+            start = time.monotonic()
+            with pytest.raises(Unreachable) as e:
+                RemoteHub(f"http://127.0.0.1:{other.port}/hub.git",
+                          cache=str(tmp_path / "fresh"), offline=False, fresh=0.0)
+            assert time.monotonic() - start < 6 and "sent nothing" in e.value.reason
+        finally:
+            other.close()
+    finally:
+        silent.close()
+    served.start()
+    assert h_sync(served, tmp_path)["synced"][0]["subject"].endswith("into the void")
+
+
+def h_sync(served, tmp_path):
+    return RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()

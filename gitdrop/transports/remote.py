@@ -12,6 +12,10 @@ a bounded time (GITDROP_RACE_SECONDS, and at least 12 tries) before a Conflict. 
 a write the hub cannot take (unreachable) stays in the mirror, queued
 (transports/queue.py), and reads fall back to the mirror; `sync` pushes the queue
 in order, each write rebased onto the hub's tip and checked again.
+
+Every git command the client runs is stopped once the hub has sent nothing for
+GITDROP_REMOTE_TIMEOUT seconds (a host that drops packets, a port that accepts and
+never answers): it would otherwise hold the mirror's lock for git's own timeouts.
 """
 
 import hashlib
@@ -19,6 +23,9 @@ import math
 import os
 import random
 import re
+import selectors
+import signal
+import subprocess
 import threading
 import time
 
@@ -49,6 +56,8 @@ OFFLINE_RETRY = 5.0
 # Re-dated at sync when older than this: the hub takes commits dated near its clock
 # (a room's clock_skew, 30 s by default).
 REDATE_AFTER = 5
+# Seconds a git command may go without a byte from the hub (its progress counts).
+TIMEOUT = 10.0
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
 
@@ -110,6 +119,77 @@ def offline_default() -> bool:
     return os.environ.get("GITDROP_OFFLINE", "").strip().lower() == "queue"
 
 
+def remote_timeout() -> float:
+    """GITDROP_REMOTE_TIMEOUT: how many seconds of silence from the hub stop a git
+    command (default TIMEOUT)."""
+    raw = os.environ.get("GITDROP_REMOTE_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else TIMEOUT
+    except ValueError:
+        value = -1.0
+    if not value > 0 or math.isinf(value):
+        raise UsageError(f"GITDROP_REMOTE_TIMEOUT={raw!r} is not a number of seconds",
+                         f"set it to a number above 0, e.g. {TIMEOUT:g}, or unset it")
+    return value
+
+
+# git's progress lines: asked for (--progress) only to show the hub is still talking
+_PROGRESS = re.compile(r"^(?:remote: )?(?:(?:Enumerating|Counting|Compressing|Writing|"
+                       r"Receiving|Resolving|Unpacking) objects|Total \d+ )")
+
+
+def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedProcess:
+    """git ARGS, stopped (with everything it started) once `timeout` seconds pass with
+    no byte from it: a slow transfer that keeps going is left alone, a hub that
+    accepted the connection and went silent is not waited on. Unreachable then."""
+    p = subprocess.Popen(["git", *args], env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)   # its own group: killed together
+    ofd, efd = p.stdout.fileno(), p.stderr.fileno()
+    got = {ofd: [], efd: []}
+    sel = selectors.DefaultSelector()
+    for f in (p.stdout, p.stderr):
+        sel.register(f, selectors.EVENT_READ)
+    last = time.monotonic()
+    try:
+        while sel.get_map():
+            ready = sel.select(min(0.5, max(0.0, last + timeout - time.monotonic())))
+            if not ready and p.poll() is not None:
+                break   # exited; a process it left running holds the pipes
+            if not ready and time.monotonic() - last >= timeout:
+                raise Unreachable(
+                    f"{public_url(url)} sent nothing for {timeout:g} s, so git {args[0]} "
+                    "was stopped (GITDROP_REMOTE_TIMEOUT): the host drops packets or "
+                    "its server accepts connections and does not answer",
+                    "check the network and the hub's server; on a slow link raise "
+                    "GITDROP_REMOTE_TIMEOUT")
+            for key, _ in ready:
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    got[key.fd].append(chunk)
+                    last = time.monotonic()
+                else:
+                    sel.unregister(key.fileobj)
+        p.wait(timeout)   # both pipes closed: it is exiting
+    except subprocess.TimeoutExpired:
+        raise Unreachable(f"git {args[0]} to {public_url(url)} did not exit",
+                          "check the network and the server") from None
+    finally:
+        sel.close()
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    out = b"".join(got[ofd]).decode("utf-8", "replace")
+    err = b"".join(got[efd]).decode("utf-8", "replace")
+    err = "\n".join(ln for ln in re.split(r"[\r\n]+", err) if ln and not _PROGRESS.match(ln))
+    return subprocess.CompletedProcess(["git", *args], p.returncode, out, err)
+
+
 class RemoteStore(Store):
     """A Store over a local mirror whose every accepted write is pushed to `url`."""
 
@@ -117,9 +197,11 @@ class RemoteStore(Store):
         self.url = url
         self.fresh = fresh
         self.offline = offline_default() if offline is None else offline
+        self.timeout = remote_timeout()
         self.lost_races = 0   # pushes redone because someone else wrote first
         self.backoff = 0.0    # seconds slept before those retries
         self.unreachable = False   # a read fell back to the mirror
+        self._down = -math.inf     # when the hub last failed to answer (monotonic)
         self._fetched = -math.inf
         self._mutex = threading.RLock()
         self._depth = 0
@@ -136,22 +218,25 @@ class RemoteStore(Store):
                 if not (self.offline or self.queue.pending()) or (
                         not self.tip(model.HUB_REF) and not self.rooms(fetch=False)):
                     raise   # not working offline, or never fetched: nothing to work from
-                self.unreachable = True
-                self._fetched = time.monotonic()
+                self._went_down()
         if not self.tip(model.HUB_REF) and not self.rooms(fetch=False):
             raise NotFound(f"no gitdrop hub at {public_url(url)} (it has no hub branch "
                            "and no rooms)", "create it on its machine with gitdrop init PATH")
 
     # --- talking to the remote ----------------------------------------------------
     def _git(self, *args):
-        import subprocess
         env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_DIR=self.path)
-        try:
-            return subprocess.run(["git", *args], env=env, capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise Unreachable(f"git {args[0]} to {public_url(self.url)} timed out",
-                              "check the network and the server") from None
+        return run_git(args, env, self.timeout, self.url)
+
+    def _went_down(self) -> None:
+        """The hub did not answer: reads use the mirror, and neither they nor a
+        write try it again for OFFLINE_RETRY seconds (each try may cost a timeout)."""
+        self.unreachable = True
+        self._down = time.monotonic()
+        self._fetched = self._down + max(0.0, OFFLINE_RETRY - self.fresh)
+
+    def _down_now(self) -> bool:
+        return self.unreachable and time.monotonic() - self._down < OFFLINE_RETRY
 
     def refresh(self, force: bool = False) -> None:
         """Fetch the hub's refs into the mirror (unless it was fetched just now).
@@ -165,14 +250,12 @@ class RemoteStore(Store):
             except Unreachable:
                 if not (self.offline or self.queue.pending()):
                     raise
-                self.unreachable = True
-                # not again for every read: a host that does not answer costs a timeout
-                self._fetched = time.monotonic() + max(0.0, OFFLINE_RETRY - self.fresh)
+                self._went_down()
 
     def _fetch(self, refspecs=REFSPECS) -> None:
         # A ref with writes still queued keeps them: the fetch leaves it alone.
         keep = sorted({"^" + e["ref"] for e in self.queue.pending()})
-        p = self._git("fetch", "--prune", "--quiet", "--no-tags", "--no-write-fetch-head",
+        p = self._git("fetch", "--progress", "--prune", "--no-tags", "--no-write-fetch-head",
                       self.url, *refspecs, *(keep if refspecs == REFSPECS else ()))
         if p.returncode != 0:
             raise Unreachable(f"cannot fetch from {public_url(self.url)}: "
@@ -183,7 +266,8 @@ class RemoteStore(Store):
     def _push(self, ref: str, new: str) -> tuple[str, str]:
         """Push one ref: ("ok" | "stale" | "refused" | "failed", stderr)."""
         try:
-            p = self._git("push", "--porcelain", "--no-verify", self.url, f"{new}:{ref}")
+            p = self._git("push", "--progress", "--porcelain", "--no-verify", self.url,
+                          f"{new}:{ref}")
         except Unreachable as e:   # timed out: as unreachable as a refused connection
             return "failed", e.reason
         for line in p.stdout.splitlines():
@@ -202,7 +286,9 @@ class RemoteStore(Store):
 
     # --- the Store extension point ------------------------------------------------
     def _publish(self, ref: str, old: str, new: str) -> bool:
-        if self.queue.pending():   # the order is kept: behind the writes waiting
+        if self.queue.pending() or (self.offline and self._down_now()):
+            # the order is kept: behind the writes waiting; a hub that just did not
+            # answer is not waited on again
             return self._enqueue(ref, old, new)
         status, err = self._push(ref, new)
         if status == "ok":
@@ -217,7 +303,7 @@ class RemoteStore(Store):
             return False
         if status == "failed" and self.offline:
             # Kept: it may even have landed (an answer lost); sync finds out.
-            self.unreachable = True
+            self._went_down()
             return self._enqueue(ref, old, new)
         self._undo(ref, old, new)
         if status == "refused":
