@@ -476,7 +476,8 @@ class Silent:
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
 
     def _accept(self):
         while True:
@@ -486,6 +487,9 @@ class Silent:
                 return
 
     def close(self):
+        # shutdown wakes the accept() under way (close alone leaves it listening)
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(10)
         self.sock.close()
         for c in self.held:
             c.close()
