@@ -29,9 +29,10 @@ def chain(reader, old: str, new: str, ref: str) -> list:
 
 
 def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "",
-                  progress=None) -> list:
+                  progress=None, hub: str = model.HUB_REF) -> list:
     """Check every commit between old and new; returns [(oid, op)] or raises Refusal.
-    `progress(done, total)`, if given, hears of each room commit checked."""
+    `progress(done, total)`, if given, hears of each room commit checked. `hub` is
+    where the team registry is read: the hub branch, or a tip of it."""
     if old == ZERO:
         old = ""
     if ref.startswith(model.ROOM_PREFIX):
@@ -47,7 +48,8 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                           commit=ref)
         if not old:
             hubrules.check_new_room(reader, room)
-        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher, progress)
+        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher, progress,
+                           hub)
     if ref == model.HUB_REF:
         if new == ZERO:
             raise Refusal("linear-history", "the hub branch cannot be deleted", "", commit=ref)
@@ -57,12 +59,13 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                   commit=ref)
 
 
-def _check_room(reader, room, commits, now, pusher, progress=None) -> list:
+def _check_room(reader, room, commits, now, pusher, progress=None,
+                hub=model.HUB_REF) -> list:
     out = []
     fresh = set()
 
     def teams():
-        return hubrules.registry(reader)
+        return hubrules.registry(reader, hub) if hub else None   # "": no hub branch
     for c in commits:
         parent_tree = reader.commit(c.parent).tree if c.parent else None
         before = RoomView(reader, parent_tree, c.parent, room)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from gitdrop import hub as hubmod
-from gitdrop.errors import Conflict
+from gitdrop.errors import Conflict, UsageError
 from gitdrop.transports import remote
 from gitdrop.transports.remote import RemoteHub, Unreachable
 
@@ -219,9 +219,10 @@ def test_one_refused_at_sync_is_reported_and_left(served, tmp_path):
     # a refused write does not hold the line: the next write goes straight in
     h.room("lobby").send("core/juno", "core/kai", "online")
     assert h.store.take_queued() == [] and texts(served.hub)[-1] == "online"
-    # sync again: still refused (exit 3), then dropped
+    # sync again: skipped, still refused (exit 3), then dropped
     doc, p = cli(served, tmp_path, "sync", ok=False)
-    assert p.returncode == 3 and doc["refused"][0]["refused"]["rule"] == "task-state-machine"
+    assert p.returncode == 3 and doc["refused"] == [] and doc["synced"] == []
+    assert doc["skipped"][0]["refused"]["rule"] == "task-state-machine"
     doc, _ = cli(served, tmp_path, "sync", "--drop", "2")
     assert doc["dropped"]["id"] == 2 and doc["queued"] == []
     assert h.store.queue.entries() == []
@@ -436,6 +437,113 @@ def test_a_push_that_times_out_is_queued_not_left_in_the_mirror(served, tmp_path
     assert texts(served.hub) == ["during timeout"]
 
 
+def ours(hub):
+    """The messages the tests below send to the lead, in the hub's order."""
+    return [t for t in texts(hub, "core/juno") if len(t) == 1]
+
+
+def test_a_refused_write_is_skipped_until_retried_and_then_lands_last(served, tmp_path):
+    """Refused at a sync, a write is not tried again by later syncs: once the state
+    changed it would land after the writes queued behind it, out of order, without
+    anyone deciding so. gitdrop sync --retry ID sends it, after the others."""
+    h = client(served, tmp_path)
+    served.stop()
+    h.room("lobby").send("core/spartan", "core/juno", "A")   # #1
+    h.room("lobby").send("core/kai", "core/juno", "B")      # #2
+    served.start()
+    served.hub.room("lobby").send("core/kai", "core/spartan", "read me first")
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [2]
+    assert [e["refused"]["rule"] for e in r["refused"]] == ["unread-before-send"]
+    served.hub.room("lobby").inbox("core/spartan")   # spartan reads, elsewhere: A would pass
+    doc, p = cli(served, tmp_path, "sync", ok=False)
+    assert p.returncode == 3 and doc["synced"] == [] and doc["refused"] == []
+    assert [e["id"] for e in doc["skipped"]] == [1]
+    assert ours(served.hub) == ["B"]                      # A was not sent behind B's back
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync"],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(
+                           os.environ, GITDROP_CACHE=str(tmp_path / "cache"), NO_COLOR="1"))
+    assert p.returncode == 3 and "refused at an earlier sync, not sent again" in p.stdout
+    assert "gitdrop sync --retry 1" in p.stdout and "--drop 1" in p.stdout
+    assert ours(served.hub) == ["B"]
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync",
+                        "--retry", "1"], capture_output=True, text=True, cwd=ROOT, env=dict(
+                            os.environ, GITDROP_CACHE=str(tmp_path / "cache"), NO_COLOR="1"))
+    assert p.returncode == 0 and "sent #1" in p.stdout, (p.stdout, p.stderr)
+    assert "after the writes queued behind it" in p.stdout
+    assert ours(served.hub) == ["B", "A"] and h.store.queue.entries() == []
+    doc, p = cli(served, tmp_path, "sync", "--retry", "1", ok=False)
+    assert p.returncode == 4 and "gitdrop status" in doc["fix"]   # nothing to retry now
+
+
+def test_retry_sends_the_refused_one_after_the_pending_ones(served, tmp_path):
+    h = client(served, tmp_path)
+    served.stop()
+    h.room("lobby").send("core/spartan", "core/juno", "A")   # #1, refused below
+    served.start()
+    served.hub.room("lobby").send("core/kai", "core/spartan", "read me first")
+    assert h.store.sync()["refused"][0]["id"] == 1
+    served.hub.room("lobby").inbox("core/spartan")
+    served.stop()
+    h.room("lobby").send("core/kai", "core/juno", "C")      # #2, queued after
+    served.start()
+    with pytest.raises(UsageError):                       # #2 was never refused
+        h.store.sync(retry=2)
+    r = h.store.sync(retry=1)
+    assert [e["id"] for e in r["synced"]] == [2, 1] and r["retried"] == 1
+    assert ours(served.hub) == ["C", "A"]
+
+
+HOOK_FAILS = {
+    # gitdrop's own hook, crashed: its words, but no rule's verdict on the write
+    "crashed": ("hub-rejected", 'echo "gitdrop: the hook failed (KeyError: x); push '
+                'refused" >&2; exit 1'),
+    # another hook of the server (a permission check) says no, in its own words
+    "permission": ("hub-rejected", 'echo "access denied: core/juno may not push here" >&2; '
+                   "exit 1"),
+    # the connection goes down while the hub is taking the push
+    "dropped": ("unreachable", "kill -9 $PPID; exit 1"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(HOOK_FAILS))
+def test_a_push_the_hub_turns_away_without_a_rule_stops_the_sync(served, tmp_path, how):
+    """Not a rule's refusal, so nothing to mark refused: the sync stops at that write,
+    it and the ones after stay pending in order, and the answer says what to do."""
+    rule, body = HOOK_FAILS[how]
+    h = client(served, tmp_path)
+    served.stop()
+    for t in ("m1", "m2", "m3"):
+        h.room("lobby").send("core/juno", "core/kai", t)
+    served.start()
+    hook = os.path.join(served.hub.path, "hooks", "pre-receive")
+    os.rename(hook, hook + ".real")
+    count = tmp_path / "count"
+    with open(hook, "w") as f:   # the second push fails; the others go to the real hook
+        f.write(f"#!/bin/sh\necho x >> {count}\nif [ $(wc -l < {count}) -eq 2 ]; then "
+                f"{body}; fi\nexec {hook}.real\n")
+    os.chmod(hook, 0o755)
+    if how == "crashed" or how == "dropped":
+        with pytest.raises(remote.SyncStopped) as e:
+            h.store.sync()
+        err = e.value
+    else:   # the command line: exit 7, the error with what was sent and what waits
+        doc, p = cli(served, tmp_path, "sync", ok=False)
+        assert p.returncode == 7, p.stderr
+        assert "access denied" in doc["reason"] and "access denied" in p.stderr
+        err = remote.SyncStopped(doc["rule"], doc["reason"], doc["fix"], doc["synced"],
+                                 doc["queued"])
+    assert err.rule == rule and "#2" in err.reason and "1 write(s) after it" in err.reason
+    assert "gitdrop sync again" in err.fix
+    assert [e["id"] for e in err.synced] == [1]
+    assert [(e["id"], e["refused"]) for e in err.queued] == [(2, None), (3, None)]
+    assert texts(served.hub) == ["m1"]
+    os.rename(hook + ".real", hook)
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [2, 3] and r["refused"] == []
+    assert texts(served.hub) == ["m1", "m2", "m3"]
+
+
 def test_one_function_words_the_queued_answer_for_both_faces(served, tmp_path,
                                                               monkeypatch):
     """The CLI and the MCP server add the same fields, from RemoteStore.queued_answer;
@@ -539,3 +647,35 @@ def test_a_hub_that_accepts_and_never_answers_costs_the_timeout_not_minutes(
 
 def h_sync(served, tmp_path):
     return RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
+
+
+def test_sync_judges_a_room_write_by_the_hubs_team_registry(served, tmp_path):
+    """At sync a room write is judged by the team registry of the hub's branch as
+    just fetched, with what this sync sent to it, not by the mirror's branch."""
+    served.hub.register_team("core", "core/juno", ["core/kai"], by="core/juno")
+    h = client(served, tmp_path)
+    served.stop()
+    # A room made for team core (lead juno), then core's lead handed to kai, both
+    # offline: the room goes first, while the hub's registry still says juno (the
+    # mirror's branch already says kai).
+    h.create_room("core/juno", "dev", ["core"])                           # #1
+    h.register_team("core", "core/kai", ["core/juno"], by="core/juno")    # #2, the hub
+    assert [e["ref"] for e in h.store.take_queued()] == ["refs/heads/rooms/dev",
+                                                         "refs/heads/hub"]
+    served.start()
+    r = h.store.sync()
+    assert r["refused"] == [] and [e["id"] for e in r["synced"]] == [1, 2], r["refused"]
+    assert served.hub.team("core")["lead"] == "core/kai"
+    # Now kai makes a room for core offline, while on the hub the lead goes back to
+    # juno: the registry the sync fetched refuses it here, before any push.
+    served.stop()
+    h.create_room("core/kai", "ops", ["core"])
+    served.start()
+    served.hub.register_team("core", "core/juno", ["core/kai"], by="core/kai")
+    r = h.store.sync()
+    [refused] = r["refused"]
+    assert refused["refused"]["rule"] == "lead-only"
+    assert "registry says core/juno" in refused["refused"]["reason"]
+    assert refused["refused"]["commit"] == f"#{refused['id']} \"{refused['subject']}\""
+    assert refused["pushing"] == ""        # judged here: never sent
+    assert "refs/heads/rooms/ops" not in served.hub.store.repo.references

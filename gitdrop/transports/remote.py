@@ -44,6 +44,7 @@ REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*")
 # Where sync reads the hub's tips, leaving the mirror's refs (and the queued
 # writes on them, which reads show) alone until each write has landed.
 HUB_TIPS = "refs/gitdrop/tips/"
+SYNC_REFSPECS = (f"+refs/heads/*:{HUB_TIPS}*",)
 # A lost push race: retried after a sleep drawn from [0, min(CAP, BASE * 2**n)]
 # (full jitter: racing writers spread out instead of colliding again) until
 # RACE_SECONDS have passed and at least RACE_TRIES pushes were lost: a slow server
@@ -67,6 +68,19 @@ class Unreachable(GitdropError):
 
     rule = "unreachable"
     exit_code = 7
+
+
+class SyncStopped(Unreachable):
+    """A sync stopped at a write the hub neither took nor refused by a rule (it
+    stopped answering, or turned the push away for another reason): that write
+    and those after it stay queued, in order. `rule` says which of the two."""
+
+    def __init__(self, rule: str, reason: str, fix: str, synced: list, queued: list):
+        super().__init__(reason, fix)
+        self.rule, self.synced, self.queued = rule, synced, queued
+
+    def to_dict(self) -> dict:
+        return dict(super().to_dict(), synced=self.synced, queued=self.queued)
 
 
 def is_url(s: str) -> bool:
@@ -264,7 +278,9 @@ class RemoteStore(Store):
         self._fetched = time.monotonic()
 
     def _push(self, ref: str, new: str) -> tuple[str, str]:
-        """Push one ref: ("ok" | "stale" | "refused" | "failed", stderr)."""
+        """Push one ref: "ok"; "stale" (lost a race); "refused" (a rule's verdict on
+        the write); "rejected" (turned away for another reason: a hook that failed, a
+        damaged hub, no permission); "failed" (no answer). With git's stderr."""
         try:
             p = self._git("push", "--progress", "--porcelain", "--no-verify", self.url,
                           f"{new}:{ref}")
@@ -277,11 +293,12 @@ class RemoteStore(Store):
             flag, summary = parts[0], parts[2]
             if flag != "!":
                 return "ok", p.stderr
-            if "hook declined" in summary or "refused by rule" in p.stderr:
+            verdict = parse_refusal(p.stderr)
+            if verdict is not None and verdict.rule not in _NOT_A_VERDICT:
                 return "refused", p.stderr
             if "[rejected]" in summary or "update ref" in summary or "lock" in summary:
                 return "stale", p.stderr    # fetch first / non-fast-forward / lost the ref lock
-            return "refused", p.stderr
+            return "rejected", p.stderr
         return "failed", p.stderr
 
     # --- the Store extension point ------------------------------------------------
@@ -306,7 +323,7 @@ class RemoteStore(Store):
             self._went_down()
             return self._enqueue(ref, old, new)
         self._undo(ref, old, new)
-        if status == "refused":
+        if status in ("refused", "rejected"):
             raise self._refusal(err)
         self._fetched = -math.inf   # it may have landed: the next read (a retry's) fetches
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
@@ -441,45 +458,77 @@ class RemoteStore(Store):
         return super().rooms(prefix)
 
     # --- the offline queue -----------------------------------------------------------
-    def sync(self, drop: int | None = None) -> dict:
+    def sync(self, drop: int | None = None, retry: int | None = None) -> dict:
         """Push the queued writes in order, each rebased onto the hub's tip and
-        checked again. A refused one is marked (its rule, why, what to do) and left
-        for its owner; the others go through. `drop` removes one from the queue."""
+        checked again. One a rule refuses is marked (its rule, why, what to do) and
+        left for its owner, and later syncs skip it; the others go through. `retry`
+        sends such a one again, after the others (so it lands after the writes
+        queued behind it); `drop` removes one from the queue. A write the hub
+        neither takes nor refuses by a rule stops the sync: SyncStopped, and it and
+        those after it stay queued."""
         with self.locked():
             if drop is not None:
-                found = [e for e in self.queue.entries() if e["id"] == drop]
-                if not found:
-                    raise NotFound(f"no queued write #{drop}", "see the queue with "
-                                   "gitdrop status")
+                found = self._queued(drop)
                 self.queue.remove(drop)
-                return {"dropped": found[0], "synced": [], "refused": [],
+                return {"dropped": found, "synced": [], "refused": [], "skipped": [],
                         "queued": self.queue.entries()}
             self.queue.tidy()
             entries = self.queue.entries()
+            todo = [e for e in entries if not e.get("refused")]
+            if retry is not None:
+                again = self._queued(retry)
+                if not again.get("refused"):
+                    raise UsageError(f"write #{retry} was not refused: it is sent in its "
+                                     "turn", "run gitdrop sync")
+                todo.append(again)
+            skipped = [e for e in entries if e.get("refused") and e["id"] != retry]
             synced, refused = [], []
-            if entries:
-                self._fetch((f"+refs/heads/*:{HUB_TIPS}*",))
+            if todo:
+                self._fetch(SYNC_REFSPECS)
                 tips = {}
-                for entry in entries:
-                    with self._race():
-                        outcome = self._sync_one(entry, tips)
+                for n, entry in enumerate(todo):
+                    try:
+                        with self._race():
+                            outcome = self._sync_one(entry, tips)
+                    except _Stop as stop:
+                        raise self._stopped(stop, entry, todo[n + 1:], synced) from None
                     (synced if outcome == "synced" else refused).append(entry)
             self._fetch()   # the mirror's refs: the hub's, with what landed
             self.unreachable = False
-            return {"synced": synced, "refused": refused, "queued": self.queue.entries()}
+            return {"synced": synced, "refused": refused, "skipped": skipped,
+                    "retried": retry, "queued": self.queue.entries()}
+
+    def _queued(self, entry_id: int) -> dict:
+        for e in self.queue.entries():
+            if e["id"] == entry_id:
+                return e
+        raise NotFound(f"no queued write #{entry_id}", "see the queue with gitdrop status")
+
+    def _stopped(self, stop: "_Stop", entry: dict, after: list, synced: list) -> SyncStopped:
+        """The error a stopped sync ends with: what stopped it, what went before, what
+        waits (and the mirror brought up to date, if the hub still answers)."""
+        if stop.rule != "unreachable":
+            try:
+                self._fetch()
+            except Unreachable:
+                pass
+        sent = "; sent before it: " + ", ".join("#%d" % e["id"] for e in synced) \
+            if synced else ""
+        return SyncStopped(
+            stop.rule, f"write #{entry['id']} was not sent: {stop.reason}{sent}; "
+            f"#{entry['id']} and the {len(after)} write(s) after it stay queued, in order",
+            stop.fix, synced, self.queue.entries())
 
     def _sync_one(self, entry: dict, tips: dict) -> str:
         ref = entry["ref"]
         while True:
-            if ref not in tips:
-                tips[ref] = self.tip(HUB_TIPS + ref[len("refs/heads/"):])
-            tip = tips[ref]
+            tip = self._hub_tip(tips, ref)
             if any(c and (c == tip or (tip and self.repo.descendant_of(tip, c)))
                    for c in (entry["commit"], entry["pushing"])):
                 self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
                 return "synced"
             try:
-                new = self._rebase(entry, tip)
+                new = self._rebase(entry, tip, self._hub_tip(tips, model.HUB_REF))
             except Refusal as e:
                 return self._mark_refused(entry, e)
             except (KeyError, ValueError, pygit2.GitError) as e:
@@ -497,15 +546,30 @@ class RemoteStore(Store):
                 self.queue.remove(entry["id"])
                 return "synced"
             if status == "refused":
-                return self._mark_refused(entry, self._refusal(err))
-            if status == "failed":
-                raise Unreachable(f"cannot push to {public_url(self.url)}: "
-                                  f"{_last_lines(err)}; write #{entry['id']} and those "
-                                  "after it are still queued",
-                                  "run gitdrop sync again when the hub is back")
+                e = self._refusal(err)
+                if not (e.rule == "layout" and "older layout" in e.reason):
+                    return self._mark_refused(entry, e)
+                # else: the hub moved the room to the current layout as the push came
+                # in; built again on what it moved, as after a lost race
+            elif status == "failed":
+                raise _Stop("unreachable", f"{public_url(self.url)} did not take the push "
+                            f"({_last_lines(err)})", "run gitdrop sync again when the hub "
+                            "answers (it finds out whether the write landed)")
+            elif status == "rejected":
+                e = self._refusal(err)
+                raise _Stop("hub-rejected", f"the hub turned the push away, not by a "
+                            f"rule on the write: {e.reason}", "have the cause fixed on "
+                            "the hub (a permission, a hook that fails: its admin), then "
+                            "run gitdrop sync again")
             self._lost_race(ref)
-            self._fetch((f"+refs/heads/*:{HUB_TIPS}*",))
+            self._fetch(SYNC_REFSPECS)
             tips.clear()
+
+    def _hub_tip(self, tips: dict, ref: str) -> str:
+        """The hub's tip of `ref` as fetched for this sync, with what it took since."""
+        if ref not in tips:
+            tips[ref] = self.tip(HUB_TIPS + ref[len("refs/heads/"):])
+        return tips[ref]
 
     def _mark_refused(self, entry: dict, e: Refusal) -> str:
         entry["refused"] = {"rule": e.rule, "reason": e.reason, "fix": e.fix,
@@ -513,10 +577,11 @@ class RemoteStore(Store):
         self.queue.save(entry)
         return "refused"
 
-    def _rebase(self, entry: dict, onto: str) -> str:
+    def _rebase(self, entry: dict, onto: str, hub: str) -> str:
         """The queued commit as it would be made on `onto` now: its changes applied
         file by file (a file changed on the hub since is a conflict), dated now,
-        then judged by the same checks the hub's hook runs."""
+        then judged by the same checks the hub's hook runs, with the team registry
+        of `hub` (the hub's branch as fetched, not the mirror's)."""
         from ..verify import check_commits
         r = self.reader
         c = r.commit(entry["commit"])
@@ -540,7 +605,7 @@ class RemoteStore(Store):
             new = self._native_commit(tree, [onto] if onto else [], c.author, c.email, now,
                                       c.message)
         try:   # a rule's verdict on the hub's state first: it says more than a clash
-            check_commits(r, entry["ref"], onto, new, now)
+            check_commits(r, entry["ref"], onto, new, now, hub=hub)
         except Refusal as e:
             e.commit = what
             raise
@@ -558,8 +623,19 @@ class RemoteStore(Store):
         raise _hub_side("destroy a room")
 
 
+# Refusals the hook prints that are no rule's verdict on the write: the hook itself
+# failed, or the hub is damaged. Sync stops there instead of marking the write.
+_NOT_A_VERDICT = ("hook", "damaged")
 _OFFLINE_HINT = ("; to keep working while it is unreachable, set GITDROP_OFFLINE=queue "
                  "(writes wait in a queue; gitdrop sync sends them)")
+
+
+class _Stop(Exception):
+    """Inside sync: a push the hub neither took nor refused by a rule."""
+
+    def __init__(self, rule: str, reason: str, fix: str):
+        super().__init__(reason)
+        self.rule, self.reason, self.fix = rule, reason, fix
 
 
 class _Race:
