@@ -2,8 +2,11 @@
 stopped and started again. Writes are queued in the mirror (GITDROP_OFFLINE=queue),
 reads come from it, and `gitdrop sync` sends the queue in order, each write rebased
 onto the hub's tip and judged again; one refused is reported and left, the others
-land; a sync killed mid-way loses and doubles nothing. Also: lost push races are
-retried with backoff until a time budget, then a Conflict that says so."""
+land, and later syncs skip it until --retry or --drop; a push the hub turns away
+without a rule stops the sync with the rest still queued; a sync killed mid-way
+loses and doubles nothing; a hub that accepts connections and never answers costs
+GITDROP_REMOTE_TIMEOUT. Also: lost push races are retried with backoff until a
+time budget, then a Conflict that says so."""
 
 import json
 import os
