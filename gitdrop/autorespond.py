@@ -24,15 +24,23 @@ cap is counted. The rules' loop guard stays the backstop: a refusal is reported
 as an event, never raised. An agent registered as a person (`register --human`)
 answers for itself: a Responder refuses to start for it.
 
+Each message is answered at least once and never twice, even when the responder
+is killed. It cannot answer before it reads (the rules refuse that send), so the
+ids of the messages it is about to mark read are written down first, in a
+pending file beside the hub (PENDING); each leaves the file once handled, and the
+next round handles what a killed responder left there. The keys make an answer
+given twice land once.
+
 The rules file is TOML; see docs/AUTORESPOND.md.
 """
 
+import os
 import re
 import threading
 import time
 import tomllib
 
-from . import model
+from . import events, model
 from .errors import GitdropError, NotFound, Refusal, UsageError
 from .view import first_parent_walk
 from .worker import catch_stop_signals, restore_signals
@@ -44,6 +52,7 @@ QUOTE_MAX = 4000        # characters of the message quoted in an escalation
 HISTORY_MAX = 20000     # commits read back when counting the answers in the window
 SAFETY = 30.0           # seconds between rounds when nothing wakes the loop
 SEND_TRIES = 10         # sends retried after reading what arrived meanwhile
+PENDING = "gitdrop/autorespond"   # in the hub (or a URL's mirror): <room>/<team>/<name>.pending
 
 QUESTION_WORDS = ["who", "what", "when", "where", "why", "how", "which", "can", "could",
                   "should", "would", "will", "is", "are", "do", "does", "did", "may",
@@ -223,30 +232,103 @@ class Responder:
                     raise NotFound(f"escalate.{k} names {who}, who is not registered in "
                                    f"room {self.room.name!r}", "check gitdrop who")
         self._senders: dict[str, str] = {}   # message commit -> its author
+        self.pending_path = os.path.join(self.room.store.path, PENDING, self.room.name,
+                                         *model.split_agent(self.agent)) + ".pending"
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self.handled = 0
 
     # --- one round ----------------------------------------------------------------
     def run_once(self) -> list[dict]:
-        """Answer what is unread now; the events of this round."""
+        """Answer what a killed responder left pending, and what is unread now; the
+        events of this round."""
         out = []
-        queue = self._read()
+        queue = self._left_pending()
+        known = {e["id"] for e in queue}
+        queue += [e for e in self._read() if e["id"] not in known]
         counts = self._counts()
         while queue:
             ev = queue.pop(0)
             out += self._handle(ev, counts, queue)
+            self._handled(ev["id"])
         return out
 
     def _read(self) -> list[dict]:
-        """The unread messages, marked read; notices after the last message stay
+        """The unread messages, marked read once their ids are pending (a kill between
+        the read and the answer loses none); notices after the last message stay
         unread (nothing needs them read to send)."""
         evs = self.room.inbox(self.agent, limit=0, peek=True)["messages"]
         last = max((i for i, e in enumerate(evs) if e["op"] == "send"), default=-1)
         if last < 0:
             return []
+        self._write_pending(self._pending() + [e["id"] for e in evs[:last + 1]
+                                               if e["op"] == "send"], sync=True)
         got = self.room.inbox(self.agent, limit=last + 1)["messages"]
         return [e for e in got if e["op"] == "send"]
+
+    # --- the pending file: read, not yet handled -----------------------------------
+    def _pending(self) -> list[str]:
+        try:
+            with open(self.pending_path, encoding="ascii") as f:
+                return [x for x in f.read().split() if len(x) in (40, 64)]
+        except (FileNotFoundError, UnicodeDecodeError):
+            return []
+
+    def _write_pending(self, ids: list[str], sync: bool = False) -> None:
+        """`sync`: on the device before the read it announces (a handled id that
+        comes back after a crash is answered again, and lands once: its key)."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            try:
+                os.unlink(self.pending_path)
+            except FileNotFoundError:
+                pass
+            return
+        folder = os.path.dirname(self.pending_path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{self.pending_path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write("\n".join(ids) + "\n")
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, self.pending_path)
+        if sync:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _handled(self, oid: str) -> None:
+        left = self._pending()
+        if oid in left:
+            self._write_pending([x for x in left if x != oid])
+
+    def _left_pending(self) -> list[dict]:
+        """The messages a killed responder had marked read (or was about to) and not
+        handled, as the inbox shows them; an id that names no message to this agent
+        is dropped."""
+        ids = self._pending()
+        if not ids:
+            return []
+        reader = self.room.store.reader
+        view = self.room.view()
+        me = view.agent(self.agent)
+        caps = me["caps"] if me else []
+        out = []
+        for oid in ids:
+            try:
+                ev = events.event(reader, reader.commit(oid))
+            except Exception:   # not in this hub (a mirror made again, say)
+                ev = None
+            how = events.concerns(ev, self.agent, lambda: view.is_lead(self.agent), caps) \
+                if ev is not None and ev["op"] == "send" else ""
+            if how:
+                out.append(dict(ev, via=how))
+            else:
+                self._handled(oid)
+        return out
 
     def _counts(self) -> dict[str, int]:
         """Messages answered per sender in the last `window` seconds, from the room's
@@ -300,7 +382,7 @@ class Responder:
         fields = {"agent": self.agent, "name": model.short(self.agent),
                   "away": self.rules["away"], "sender": sender, "kind": KINDS[kind],
                   "to": "", "task": "", "task_ref": ""}
-        answered = False
+        answered = replayed = False
         template = self.rules["ack"]["text"]
         if kind != "message":
             target, why = self._target(kind)
@@ -310,7 +392,7 @@ class Responder:
                 done = self._escalate(ev, kind, target, queue)
                 out.append(done)
                 if done["event"] == "escalated":
-                    answered = True
+                    answered, replayed = True, done["replayed"]
                     template = self.rules["ack"]["escalated"]
                     fields.update(to=target, task=done.get("task", ""),
                                   task_ref=f" as task {done['task']}" if done.get("task")
@@ -322,11 +404,12 @@ class Responder:
             if isinstance(done, GitdropError):
                 out.append(self._refused(base, "ack", done))
             else:
-                answered = True
+                answered, replayed = True, replayed or bool(done.get("replayed"))
                 out.append(self._emit("ack", base, commit=done.get("commit", ""),
-                                      replayed=bool(done.get("replayed"))))
+                                      replayed=replayed))
         if answered:
-            counts[sender] = counts.get(sender, 0) + 1
+            if not replayed:   # else the history's count has it (one per message)
+                counts[sender] = counts.get(sender, 0) + 1
             self.handled += 1
         return out
 

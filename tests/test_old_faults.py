@@ -133,3 +133,81 @@ def test_the_open_that_finishes_a_move_may_be_killed_too(tmp_path):
     _killed(_child(opener, path, "-", "finished"))   # done, but the journal still there
     assert _journal(path)
     assert _refs(path) == ("", tip) and not _journal(path)
+
+
+# --- 2. the auto-responder killed between marking messages read and answering -----------
+
+# The away agent's responder, one round, killed (SIGKILL) at its first send: before it
+# is written ("before"), or just after it landed ("after").
+RESPONDER = """
+    import os, signal, sys
+    from gitdrop import core
+    from gitdrop.autorespond import Responder
+    path, when = sys.argv[1:3]
+    real = core.Room.send
+    def send(self, *a, **k):
+        if when == "after":
+            real(self, *a, **k)
+        os.kill(os.getpid(), signal.SIGKILL)
+    core.Room.send = send
+    Responder(path, "lobby", "core/spartan", {"away": "on leave"}).run_once()
+    print("not killed")
+"""
+
+
+@pytest.fixture
+def away(tmp_path):
+    """juno leads spartan and kai; kai asks spartan a question, then tells it something."""
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    r = h.room("lobby")
+    r.register("core/juno", ["lead"])
+    r.register("core/spartan", ["coder"])
+    r.register("core/kai", ["coder"])
+    asked = r.send("core/kai", "core/spartan", "Can you review my PR today?")["commit"]
+    told = r.send("core/kai", "core/spartan", "The staging server is up again.")["commit"]
+    (tmp_path / "away.toml").write_text('away = "on leave"\n')
+    return h, r, [asked, told]
+
+
+def _answers(r):
+    """Per message of kai's, the automatic replies it got, and the tasks juno got."""
+    got = {}
+    for m in r.inbox("core/kai", limit=0, peek=True)["messages"]:
+        if m["op"] == "send" and m["text"].startswith("[auto-reply]"):
+            c = r.store.reader.commit(m["id"])
+            to = next(v for k, v in c.trailers if k == "reply-to")
+            got[to] = got.get(to, 0) + 1
+    return got, sorted(r.view().task_ids())   # only escalations make tasks here
+
+
+def _restart(tmp_path, h):
+    """The responder started again, as a user does: the CLI, one round."""
+    from cli_helpers import Gitdrop
+    gd = Gitdrop(h.path, str(tmp_path / "home"), "core/spartan")
+    return gd.ok("autorespond", "--rules", str(tmp_path / "away.toml"), "--once", "--json")
+
+
+def test_a_responder_killed_after_reading_answers_when_started_again(tmp_path, away):
+    h, r, msgs = away
+    _killed(_child(RESPONDER, h.path, "before"))
+    # the fault's ground: both read (the inbox will not show them again), none answered
+    assert r.inbox("core/spartan", peek=True)["unread"] == 0
+    assert _answers(r)[0] == {}
+    pending = hubmod.Hub(h.path).room("lobby")
+    _restart(tmp_path, h)
+    got, tasks = _answers(pending)
+    assert got == {msgs[0]: 1, msgs[1]: 1}   # each answered, once
+    assert len(tasks) == 1                   # the question went to juno once (it had)
+    _restart(tmp_path, h)
+    assert _answers(r) == (got, tasks)       # nothing more on another round
+    assert not os.path.exists(os.path.join(h.path, "gitdrop", "autorespond", "lobby",
+                                           "core", "spartan.pending"))
+
+
+def test_a_responder_killed_after_an_answer_landed_does_not_give_it_twice(tmp_path, away):
+    h, r, msgs = away
+    _killed(_child(RESPONDER, h.path, "after"))
+    assert _answers(r)[0] == {msgs[0]: 1}
+    _restart(tmp_path, h)
+    got, tasks = _answers(r)
+    assert got == {msgs[0]: 1, msgs[1]: 1} and len(tasks) == 1
