@@ -5,8 +5,9 @@ Every send goes through the core as the CLI and the MCP server make it (a
 `Room.send`), durable (the hub's write-ahead log). Reported per setting: sends
 delivered (counted in the room's history afterwards) and refused, aggregate
 sends/s, latency p50/p99, and from inside the writers: lost compare-and-swaps
-(retries), time waiting for the room's turn, and fdatasyncs per send (group
-commit: one flush serves the writers that came through meanwhile).
+(retries), time waiting for the room's turn, the share of sends written by
+another writer's turn (gitdrop.combine), and fdatasyncs per send (group commit:
+one flush serves the writers that came through meanwhile).
 
     python bench/bench_contention.py                    # 8 processes × 1,000 sends
     python bench/bench_contention.py --procs 1,2,4,8 --sends 500 --rounds 3
@@ -74,6 +75,7 @@ def run(path: str, procs: int, n: int) -> dict:
             "p50": common.percentile(lat, 0.50), "p99": common.percentile(lat, 0.99),
             "retries": sum(g[3]["retries"] for g in got),
             "wait": sum(g[3]["waited"] for g in got) / sends,
+            "carried": sum(g[3]["carried"] for g in got) / sends,
             "syncs": sum(g[2] for g in got) / sends}
 
 
@@ -108,7 +110,7 @@ def main() -> None:
     base = common.median([x["per_s"] for x in results[settings[0]]])
     print(f"\n{'writers':>7} {'sent':>6} {'landed':>6} {'refused':>7} {'sends/s':>8} "
           f"{'× alone':>7} {'p50 ms':>7} {'p99 ms':>7} {'retries':>7} {'wait ms':>7} "
-          f"{'syncs/send':>10}")
+          f"{'carried':>7} {'syncs/send':>10}")
     for p in settings:
         rs = results[p]
         med = common.median([x["per_s"] for x in rs])
@@ -118,6 +120,7 @@ def main() -> None:
               f"{common.median([x['p99'] for x in rs]) * 1e3:>7.1f} "
               f"{sum(x['retries'] for x in rs):>7} "
               f"{common.median([x['wait'] for x in rs]) * 1e3:>7.2f} "
+              f"{common.median([x['carried'] for x in rs]):>7.0%} "
               f"{common.median([x['syncs'] for x in rs]):>10.2f}")
         for why in sorted({w for x in rs for w in x["why"]}):
             print(f"        refused: {why}")

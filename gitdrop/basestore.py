@@ -10,7 +10,7 @@ short command need not pay for importing pygit2.
 import random
 import time
 
-from . import model, rules, writequeue
+from . import combine, model, rules, wal, writequeue
 from .errors import Conflict, GitdropError, NotFound
 from .view import CommitData, RoomView
 from .writequeue import Turn
@@ -83,14 +83,16 @@ class BaseStore:
         return w.tree(entries.values())
 
     def write(self, ref: str, build, author: str, now: int | None = None,
-              check: bool = True, tries: int = 20):
+              check: bool = True, tries: int = 20, recipe=None):
         """Append one commit to `ref` with CAS.
 
         `build(view, tip)` returns (changes {path: text|None}, message, result) or
         raises a Refusal. It is called again on a rebuilt view after a lost race,
         so a check against the state (a claim of a claimed task) sees the winner.
+        With a `recipe` (combine.Recipe) the write may be made by whichever writer
+        of this machine has the room's turn, with its own (see gitdrop.combine).
         """
-        out = self._write_all(ref, [(build, author)], now, check, tries, raise_first=True)
+        out = self._write_all(ref, [(build, author, now)], check, tries, True, recipe)
         return out[0]
 
     def write_many(self, ref: str, ops, now: int | None = None, check: bool = True,
@@ -100,38 +102,58 @@ class BaseStore:
         (CAS), so the durable cost is paid once. Returns, per operation, (commit,
         result) or the GitdropError that refused it (a refused operation leaves no
         commit; the others still go in). After a lost race all are rebuilt."""
-        return self._write_all(ref, list(ops), now, check, tries, raise_first=False)
+        return self._write_all(ref, [(b, a, now) for b, a in ops], check, tries, False)
 
-    def _write_all(self, ref, ops, now, check, tries, raise_first):
+    def _write_all(self, ref, ops, check, tries, raise_first, recipe=None):
         room = ref.rpartition("/")[2]
         synced = []
         began = time.monotonic()
+        # Only a local hub's writers combine: a remote one's commits must be pushed.
+        slots = combine.for_ref(self.path, ref) \
+            if recipe is not None and check and self.publish is None else None
+        mine = slots.ask(recipe.payload) if slots is not None else None
         try:
             with Turn(self.path, ref):
+                taken = []
+                if mine is not None:
+                    got = self._answered(slots.answer(mine), ref, synced)
+                    if got is not None:
+                        writequeue.STATS["answered"] += 1
+                        return self._outcomes([got], raise_first)
+                    taken = self._take(slots, recipe.rebuild)
+                    writequeue.STATS["carried"] += len(taken)
                 for attempt in range(tries):
                     if attempt:  # lost a race to git itself (a push): let it finish
                         writequeue.STATS["retries"] += 1
                         time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
                     # A write rebuilt after lost races (a remote hub's push races can
                     # last seconds) is dated when it is built, not when it began.
-                    at = now if now is None else now + int(time.monotonic() - began)
+                    late = int(time.monotonic() - began)
                     start = tip = self.tip(ref)
                     w = self._writer()
                     if w is not None:
                         w.defer_sync = True
                         synced.append(w)
                     out, why = [], ""
-                    for build, author in ops:
+                    for build, author, now in ops + [op for _, op in taken]:
+                        at = now if now is None else now + late
                         try:
                             oid, result, op = self._one(room, tip, build, author, at, check, w)
-                        except GitdropError as e:
-                            if raise_first:
+                        except (GitdropError, combine.Replayed) as e:
+                            out.append(e)
+                            if raise_first and not taken:
+                                break
+                            continue
+                        except Exception as e:   # a fault in another's operation
+                            if len(out) < len(ops):
                                 raise
                             out.append(e)
                             continue
                         if oid != tip:
                             tip, why = oid, why or op
                         out.append((oid, result))
+                    for (t, _), outcome in zip(taken, out[len(ops):]):
+                        slots.pending(t, combine.encode(outcome, tip))
                     moved = tip == start or self._cas(ref, start, tip, why or "write", w)
                     if moved:
                         if tip == start or self.publish is None or self.publish(ref, start, tip):
@@ -139,7 +161,13 @@ class BaseStore:
                             if memo:
                                 memo.flush()
                             writequeue.STATS["writes"] += 1
-                            return out
+                            seq = w.unsynced if w is not None and w.unsynced is not None else -1
+                            for t, _ in taken:
+                                slots.done(t, seq)
+                            return self._outcomes(out[:len(ops)], raise_first)
+                for t, _ in taken:
+                    slots.pending(t, combine.encode(Conflict("", ""), ""))
+                    slots.done(t, -1)
         finally:
             # After the turn: the next writer builds while this one's record syncs.
             for w in synced:
@@ -147,6 +175,64 @@ class BaseStore:
                     w.sync()
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
+
+    @staticmethod
+    def _outcomes(out, raise_first):
+        if raise_first:
+            for x in out:
+                if isinstance(x, BaseException):
+                    raise x
+        return out
+
+    def _take(self, slots, rebuild) -> list:
+        """The requests waiting in `slots`, as (slot, (build, author, now)); one
+        that cannot be rebuilt here is answered at once (its error, or "write it
+        yourself")."""
+        taken = []
+        for t, payload in slots.take():
+            try:
+                taken.append((t, rebuild(self, payload)))
+            except GitdropError as e:
+                slots.pending(t, combine.encode(e, ""))
+                slots.done(t, -1)
+            except Exception:
+                slots.pending(t, {"self": True})
+                slots.done(t, -1)
+        return taken
+
+    def _answered(self, got, ref, synced):
+        """The outcome another writer's turn gave our request, or None (write it
+        here). Its durability is awaited like our own write's (`synced`)."""
+        if got is None:
+            return None
+        kind, answer, seq = got
+        outcome = combine.decode(answer)
+        if outcome is None:
+            return None
+        log = self._log()
+        if kind == "pending":
+            # Its writer was killed between answering and saying the ref moved:
+            # the answer holds only if the batch's last commit is in the history.
+            if not answer.get("tip") or not self._has(ref, answer["tip"]):
+                return None
+            seq = 1 << 62   # which record is unknown: sync them all
+        if seq >= 0 and log is not None:
+            synced.append(combine.Ticket(log, seq))
+        return outcome
+
+    def _has(self, ref: str, oid: str, most: int = 10000) -> bool:
+        at = self.tip(ref)
+        for _ in range(most):
+            if not at:
+                return False
+            if at == oid:
+                return True
+            at = self.reader.commit(at).parent
+        return False
+
+    def _log(self):
+        """The hub's write-ahead log, where writes go through one (else None)."""
+        return wal.for_hub(self.path) if getattr(self, "method", "") == "wal" else None
 
     def _ctx(self, when: int) -> "rules.Ctx":
         return rules.Ctx(self.reader, when, teams=self.teams)

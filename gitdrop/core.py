@@ -1,10 +1,13 @@
 """The verb layer: one method per thing an agent does. The CLI, the MCP server
 and the notifier call these; each write is one commit checked by the rules."""
 
+import contextvars
+import functools
+import json
 import os
 import time
 
-from . import deps, events, fmt, machine, model, rules, taskindex
+from . import combine, deps, events, fmt, machine, model, rules, taskindex
 from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
@@ -41,12 +44,51 @@ def by_short_name(name: str, ids) -> str:
     return found[0] if found else ""
 
 
-class _Replayed(Exception):
-    """An operation with this idempotency key is already in the room."""
+_Replayed = combine.Replayed   # an operation with this idempotency key is in the room
 
-    def __init__(self, result: dict):
-        super().__init__("replayed")
-        self.result = result
+# The verb being called (name, arguments, room), for its one write: another
+# process's writer may make that write for it (gitdrop.combine), rebuilt from these.
+_CALL: contextvars.ContextVar = contextvars.ContextVar("gitdrop_call", default=None)
+_CAPTURE: contextvars.ContextVar = contextvars.ContextVar("gitdrop_capture", default=False)
+_COMBINABLE: set = set()
+
+
+def combinable(fn):
+    """Marks a verb that makes exactly one write, whose arguments are plain data
+    (JSON): the turn's holder can rebuild it from its name and arguments."""
+    _COMBINABLE.add(fn.__name__)
+
+    @functools.wraps(fn)
+    def verb(self, *args, **kw):
+        token = _CALL.set((fn.__name__, args, kw, self))
+        try:
+            return fn(self, *args, **kw)
+        finally:
+            _CALL.reset(token)
+    return verb
+
+
+class _Captured(Exception):
+    def __init__(self, build, agent):
+        super().__init__("captured")
+        self.build, self.agent = build, agent
+
+
+def _rebuild(store, payload: bytes):
+    """(build, author, now) of a request another writer left (combine.py): the verb
+    is called again here with its arguments and stopped at its write."""
+    name, verb, args, kw, now = json.loads(payload)
+    if verb not in _COMBINABLE:
+        raise UsageError(f"{verb!r} cannot be written for another process", "")
+    room = Room(store, name, clock=lambda: now)
+    token = _CAPTURE.set(True)
+    try:
+        getattr(room, verb)(*args, **kw)
+    except _Captured as c:
+        return c.build, c.agent, now
+    finally:
+        _CAPTURE.reset(token)
+    raise RuntimeError(f"{verb} made no write")   # the asker writes it itself
 
 
 class _Key(str):
@@ -113,8 +155,18 @@ class Room:
                 if done is not None:
                     raise _Replayed(done)
                 return inner(view, tip)
+        now, recipe, call = self.clock(), None, _CALL.get()
+        if call is not None and call[3] is self:
+            _CALL.set(None)   # one write per verb call: a second one goes by itself
+            if _CAPTURE.get():
+                raise _Captured(build, agent)
+            try:
+                recipe = combine.Recipe(json.dumps([self.name, call[0], call[1], call[2], now])
+                                        .encode(), _rebuild)
+            except (TypeError, ValueError):
+                recipe = None
         try:
-            oid, result = self.store.write(self.ref, build, agent, now=self.clock())
+            oid, result = self.store.write(self.ref, build, agent, now=now, recipe=recipe)
         except _Replayed as r:
             return r.result
         if isinstance(result, dict):
@@ -236,6 +288,7 @@ class Room:
                     {"agent": target})
         return self._write(agent, build)
 
+    @combinable
     def _update_agent(self, agent, op, subject, **fields):
         agent = self.resolve(agent)
 
@@ -318,6 +371,7 @@ class Room:
         return acts, claimed
 
     # --- messages --------------------------------------------------------------
+    @combinable
     def send(self, agent: str, to, text: str, cc=(), task: str = "", reply_to: str = "",
              key: str = "") -> dict:
         agent = self.resolve(agent)
@@ -468,30 +522,47 @@ class Room:
             return result
         new_cursor = shown[-1]["id"] if remaining else view.commit
         n = sum(1 for e in shown if e["op"] == "send")
+        result["commit"] = self._mark_read(agent, new_cursor, n, len(shown) - n).get("commit", "")
+        return result
 
+    @combinable
+    def _mark_read(self, agent: str, cursor: str, messages: int, notices: int) -> dict:
         def build(v, tip):
             cur = v.agent(agent)
             if cur is None:
                 raise NotFound(f"{agent} is not registered", "register first")
-            return ({v.agent_path(agent): render_file("agent", dict(cur, cursor=new_cursor))},
-                    self._msg(f"{model.short(agent)} read {n} message(s)"
-                              + (f" and {len(shown) - n} notice(s)" if len(shown) > n else ""),
+            return ({v.agent_path(agent): render_file("agent", dict(cur, cursor=cursor))},
+                    self._msg(f"{model.short(agent)} read {messages} message(s)"
+                              + (f" and {notices} notice(s)" if notices else ""),
                               "", "read"), {})
-        result["commit"] = self._write(agent, build).get("commit", "")
-        return result
+        return self._write(agent, build)
 
     def waiting(self, agent: str) -> dict:
         """What waits for an agent, marking nothing read: unread events, tasks
-        assigned to it and not started, reviews and handshake acks it owes."""
+        assigned to it and not started (unless they wait on another task), reviews
+        and handshake acks it owes. Also `ready`: the unassigned tasks it may take now
+        (deps.ready), and `ready_at`: when the first one a retry's backoff holds back
+        may be taken (0: none)."""
         from .rules import reviewer_ok
         agent = self.resolve(agent)
         view = self.view()
         lead = view.is_lead(agent)
         tasks, reviews = [], []
-        for t in self._headers(view):
-            if t["state"] == "assigned" and t["assignee"] == agent:
+        pool, states = taskindex.ready_pool(view)
+
+        def lookup(d):
+            return {"state": states[d]} if d in states else None
+        for t in pool:
+            if t["state"] == "assigned" and t["assignee"] == agent and \
+                    not deps.waiting_on(lookup, t):
                 tasks.append(t["id"])
-            elif t["state"] == "review" and reviewer_ok(view, t, agent, lead):
+        able = [t for t in deps.ready(lookup, pool, agent, self._caps(view, agent))
+                if not t["assignee"]]
+        now = self.clock()
+        ready = [t["id"] for t in able if t["not_before"] <= now]
+        later = [t["not_before"] for t in able if t["not_before"] > now]
+        for t in self._headers(view):
+            if t["state"] == "review" and reviewer_ok(view, t, agent, lead):
                 reviews.append(t["id"])
         acks = []
         for hid in view.handshake_ids():
@@ -500,7 +571,8 @@ class Room:
                 acks.append(hid)
         return {"agent": agent, "room": self.name, "tip": view.commit,
                 "unread": self._events_since(view, view.agent(agent)["cursor"], agent),
-                "tasks": tasks, "reviews": reviews, "handshakes": acks}
+                "tasks": tasks, "reviews": reviews, "handshakes": acks,
+                "ready": ready, "ready_at": min(later, default=0)}
 
     def history(self, n: int = 10, task: str = "", messages_only: bool = True) -> list[dict]:
         out = []
@@ -534,6 +606,7 @@ class Room:
         nums = [int(x) for x in names if str(x).isdigit()]
         return max(nums, default=0) + 1
 
+    @combinable
     def create_task(self, agent: str, title: str, body: str = "", assignee: str = "",
                     priority: int = 0, tags=(), handshake: int = 0, max_retries=None,
                     project: str = "", reviewer: str = "", key: str = "", after=(),
@@ -572,6 +645,7 @@ class Room:
                     {"id": tid, "task": tid, "state": doc["state"], "assignee": who})
         return self._write(agent, build, key)
 
+    @combinable
     def move_task(self, agent: str, task_id, move: str, note: str = "", assignee: str = "",
                   question: str = "", answer: str = "", key: str = "", lease: int = 0,
                   **edits) -> dict:
@@ -821,6 +895,7 @@ class Room:
         return deps.graph(self._lookup(headers), headers, root)
 
     # --- handshakes ----------------------------------------------------------
+    @combinable
     def start_handshake(self, agent: str, plan: str, targets=(), key: str = "") -> dict:
         agent = self.resolve(agent)
         targets = [x.strip() for t in ([targets] if isinstance(targets, str) else targets)
@@ -843,6 +918,7 @@ class Room:
                     {"id": hid, "handshake": hid, "targets": tg, "status": "pending"})
         return self._write(agent, build, key)
 
+    @combinable
     def ack_handshake(self, agent: str, hid) -> dict:
         agent = self.resolve(agent)
         hid = int(hid)
@@ -875,6 +951,7 @@ class Room:
         return [self.handshake(h) for h in view.handshake_ids()]
 
     # --- contracts and context -------------------------------------------------
+    @combinable
     def declare_contract(self, agent: str, name: str, spec: str, kind: str = "other",
                          project: str = "") -> dict:
         agent = self.resolve(agent)
@@ -914,6 +991,7 @@ class Room:
             raise NotFound(f"no contract {name!r}", "gitdrop contract list")
         return dict(doc[0], spec=doc[1])
 
+    @combinable
     def set_context(self, agent: str, key: str, value: str | None) -> dict:
         agent = self.resolve(agent)
         if not model.KEY_RE.match(key or ""):
@@ -937,6 +1015,7 @@ class Room:
         return {k: (view.context(k) or "").rstrip("\n") for k in view.context_keys()}
 
     # --- path leases on the work repository -----------------------------------
+    @combinable
     def take_lease(self, agent: str, glob: str, shared: bool = False,
                    ttl: int = LEASE_TTL) -> dict:
         """Reserve `glob` of the work repository for `ttl` seconds (refused, naming
@@ -962,6 +1041,7 @@ class Room:
                               "", "lease-take", lease=lid), dict(lease))
         return self._write(agent, build)
 
+    @combinable
     def release_lease(self, agent: str, which: str) -> dict:
         """Release a lease by its id, or the author's live leases on exactly this glob."""
         agent = self.resolve(agent)

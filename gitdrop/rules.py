@@ -322,16 +322,28 @@ def _check_cursor(before, c, old_cursor, new_cursor, ctx):
 
 def recipients(c) -> tuple[list[str], list[str]]:
     """(to, cc) of a commit: its trailers, or `all` for a trailer-less note."""
-    to = fmt.trailer_values(c.trailers, "to")
-    cc = fmt.trailer_values(c.trailers, "cc")
-    if not c.op and not to:
-        to = [model.ALL]
-    return to, cc
+    to, cc = _recipients(c)
+    return list(to), list(cc)
+
+
+def _recipients(c) -> tuple[tuple, tuple]:
+    got = getattr(c, "rcpt", None)
+    if got is None:   # kept on the commit: every walk back to a cursor asks again
+        to = fmt.trailer_values(c.trailers, "to")
+        cc = fmt.trailer_values(c.trailers, "cc")
+        if not c.op and not to:
+            to = [model.ALL]
+        got = (tuple(to), tuple(cc))
+        try:
+            c.rcpt = got
+        except AttributeError:
+            pass
+    return got
 
 
 def addressed_to(c, agent_id: str, lead: bool) -> str:
     """How a message commit reaches an agent: "to", "cc", "team", "all", "lead" or ""."""
-    return reaches(c.author, *recipients(c), agent_id, lead)
+    return reaches(c.author, *_recipients(c), agent_id, lead)
 
 
 def reaches(author: str, to, cc, agent_id: str, lead) -> str:
@@ -436,6 +448,21 @@ def _check_unread_and_loop(before, c, ctx):
                 "ask a lead to raise it (gitdrop room settings loop_cap N)")
 
 
+def _brief(reader, oid: str) -> tuple:
+    """(parent, author, time, is a message, to, cc) of a commit, kept on it: a walk
+    back over other writers' commits asks this of each, many times over."""
+    h = reader.commit(oid)
+    b = getattr(h, "brief", None)
+    if b is None:
+        to, cc = _recipients(h)
+        b = (h.parent, h.author, h.time, is_message(reader, h), frozenset(to), frozenset(cc))
+        try:
+            h.brief = b
+        except AttributeError:
+            pass
+    return b
+
+
 def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
     """True when the walk above would accept, using a per-process memo on the
     reader (`reader.walks`, keyed by commit ids, so never stale): for (author,
@@ -450,6 +477,7 @@ def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
     key = (c.author, cursor, lead)
     got = memo.get(key)
     unread, own, found, floor, oid = 0, [], False, None, c.parent
+    me, team = c.author, "@" + model.split_agent(c.author)[0]
     while oid:
         if oid == cursor:
             found = True
@@ -457,13 +485,13 @@ def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
         if got is not None and oid == got[0]:
             found, unread, floor, own = got[1], unread + got[2], got[3], got[4] + own
             break
-        h = reader.commit(oid)
-        if is_message(reader, h):
-            if addressed_to(h, c.author, lead):
+        parent, author, when, message, to, cc = _brief(reader, oid)
+        if message:   # as addressed_to decides, for an agent that is not `lead`'s callable
+            if author == me:
+                own.append(when)
+            elif lead or me in to or me in cc or team in to or model.ALL in to:
                 unread += 1
-            elif h.author == c.author:
-                own.append(h.time)
-        oid = h.parent
+        oid = parent
     own.sort()
     # Own times at or below `floor` are dropped to bound the memo; a window that
     # reaches below it is decided by the full walk.

@@ -10,12 +10,13 @@ from . import fmt, model
 
 class CommitData:
     __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
-                 "_parsed")
+                 "_parsed", "_op", "rcpt", "brief")
 
     def __init__(self, oid, tree, parents, author, email, time, message):
         self.oid, self.tree, self.parents = oid, tree, parents
         self.author, self.email, self.time, self.message = author, email, time, message
-        self._parsed = None
+        # Kept by rules once worked out: every walk back to a read cursor asks again.
+        self._parsed = self._op = self.rcpt = self.brief = None
 
     @property
     def parsed(self):
@@ -37,7 +38,9 @@ class CommitData:
 
     @property
     def op(self) -> str:
-        return fmt.trailer(self.trailers, "op")
+        if self._op is None:   # asked for every commit of every walk back
+            self._op = fmt.trailer(self.trailers, "op")
+        return self._op
 
     @property
     def parent(self) -> str:

@@ -21,8 +21,10 @@ try:
 except ImportError:   # not POSIX: compare-and-swap alone
     fcntl = None
 
-# Per process: {"writes", "retries" (lost compare-and-swaps), "waited" (seconds in line)}.
-STATS = {"writes": 0, "retries": 0, "waited": 0.0}
+# Per process: {"writes", "retries" (lost compare-and-swaps), "waited" (seconds in
+# line), "carried" (others' writes made in this process's turns, gitdrop.combine),
+# "answered" (own writes another process made)}.
+STATS = {"writes": 0, "retries": 0, "waited": 0.0, "carried": 0, "answered": 0}
 _FILES: dict = {}     # lock path -> (pid, thread lock, fd)
 _GUARD = _thread.allocate_lock()
 _LATER: contextvars.ContextVar = contextvars.ContextVar("gitdrop_sync_later", default=None)

@@ -138,3 +138,130 @@ def test_pushes_landing_among_local_writers_are_built_on(hub, clone):
         assert _in_order(sends, w, n), w
     assert pushed == 8
     assert hubmod.Hub(h.store.path).verify("lobby")   # every commit passes the rules again
+
+
+# --- one turn writes for every writer waiting (gitdrop.combine) ----------------
+
+CLAIMER = textwrap.dedent("""
+    import json, sys
+    from gitdrop import hub, writequeue
+    from gitdrop.errors import GitdropError
+    path, me, tasks = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    room = hub.Hub(path).room("lobby")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    got = {}
+    for k, t in enumerate(tasks):
+        room.send(me, "load/sink", f"{me} #{k}")
+        try:
+            got[t] = room.move_task(me, t, "claim")["commit"]
+        except GitdropError as e:
+            got[t] = e.rule
+    print(json.dumps({"got": got, "stats": writequeue.STATS}), flush=True)
+""")
+
+
+def test_a_turn_writes_for_those_waiting_and_each_gets_its_own_answer(tmp_path):
+    """Six processes race to claim the same tasks, sending between claims: the
+    writer whose turn it is makes the others' writes too, and each process gets
+    back its own answer: its commit, or the rule that refused it."""
+    import json
+    writers = [f"load/w{i}" for i in range(6)]
+    h = _hub(tmp_path, writers)
+    room = h.room("lobby")
+    tasks = [room.create_task("load/sink", f"job {k}")["id"] for k in range(12)]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    ps = [subprocess.Popen([sys.executable, "-c", CLAIMER, h.store.path, w, ",".join(tasks)],
+                           env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+          for w in writers]
+    for p in ps:
+        assert p.stdout.readline().strip() == "ready"
+    for p in ps:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = {w: json.loads(p.communicate(timeout=120)[0]) for w, p in zip(writers, ps)}
+    assert sum(o["stats"]["carried"] for o in outs.values()) > 0   # turns did write for others
+    assert sum(o["stats"]["answered"] for o in outs.values()) == \
+        sum(o["stats"]["carried"] for o in outs.values())
+    for t in tasks:
+        winners = [w for w in writers if len(outs[w]["got"][t]) == 40]
+        assert len(winners) == 1, (t, {w: outs[w]["got"][t] for w in writers})
+        assert {outs[w]["got"][t] for w in writers if w not in winners} == {"task-state-machine"}
+        task = room.task(t)
+        assert task["assignee"] == winners[0]
+        # the commit its winner was given is the claim, by the winner
+        claim = h.store.reader.commit(outs[winners[0]]["got"][t])
+        assert claim.author == winners[0] and f"Gitdrop-Task: {t}" in claim.message
+    sends = _sends(h.store.path)
+    for w in writers:
+        assert _in_order(sends, w, len(tasks)), w
+    assert hubmod.Hub(h.store.path).verify("lobby")
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from gitdrop import combine, hub, store
+    path, me, n, at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    took = []
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    real_take, real_cas, real_done = combine.Slots.take, store.Store._cas, combine.Slots.done
+
+    def take(self):
+        got = real_take(self)
+        took.append(bool(got))
+        if got and at == "take":     # requests TAKEN, nothing written
+            die()
+        return got
+
+    def cas(self, *a, **k):
+        if took and took[-1] and at == "cas":   # answers PENDING, the ref not moved
+            die()
+        return real_cas(self, *a, **k)
+
+    def done(self, *a, **k):
+        if at == "done":             # the ref moved, answers still PENDING
+            die()
+        return real_done(self, *a, **k)
+    combine.Slots.take, store.Store._cas, combine.Slots.done = take, cas, done
+    room = hub.Hub(path).room("lobby")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for k in range(n):
+        room.send(me, "load/sink", f"{me} #{k}")
+""")
+
+
+def test_a_turn_killed_while_writing_for_others_loses_and_doubles_nothing(tmp_path):
+    """The writer making others' writes is killed at each step: after taking the
+    requests, after answering them but before the ref moved, after the ref moved
+    but before saying so. Each waiting writer's write lands exactly once (it
+    writes for itself when the answer cannot be trusted) and nobody is refused."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for at in ("take", "cas", "done"):
+        writers = [f"load/w{i}" for i in range(4)]
+        h = _hub(tmp_path / at, writers + ["load/k"])
+        n = 40
+        ps = [subprocess.Popen([sys.executable, "-c", WRITER, h.store.path, w, str(n)],
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+              for w in writers]
+        killer = subprocess.Popen([sys.executable, "-c", KILLER, h.store.path, "load/k",
+                                   str(n * 20), at], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        for p in ps + [killer]:
+            assert p.stdout.readline().strip() == "ready"
+        for p in [killer] + ps:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=120)[0] for p in ps]
+        killer.wait(timeout=120)
+        assert killer.returncode == -signal.SIGKILL, at   # it did lead, and died there
+        assert not [line for o in outs for line in o.splitlines() if line.startswith("refused")]
+        sends = _sends(h.store.path)
+        for w in writers:
+            assert _in_order(sends, w, n), (at, w)
+        mine = [int(t.rsplit("#", 1)[1]) for a, t in sends if a == "load/k"]
+        assert mine == list(range(len(mine))), at
+        assert hubmod.Hub(h.store.path).verify("lobby")
