@@ -128,14 +128,19 @@ class Slots:
         pid, start = _me()
         nonce = secrets.randbits(63)
         with self._locked():
-            for i in range(SLOTS):
-                state, opid, ostart = self._head(i)[:3]
-                # A dead owner's request or answer is nobody's; a TAKEN or PENDING
-                # one is the turn holder's to finish (or to clear, in take()).
-                if state == FREE or (state in (ASKED, DONE) and not _alive(opid, ostart)):
-                    self._put(i, ASKED, pid, start, nonce, payload)
-                    return i, nonce
-        return None
+            states = self._states()
+            i = states.find(FREE)
+            if i < 0:   # none free: a dead owner's request or answer is nobody's (a
+                # TAKEN or PENDING one is the turn holder's to finish, or take()'s)
+                i = next((k for k, st in enumerate(states) if st in (ASKED, DONE)
+                          and not _alive(*self._head(k)[1:3])), -1)
+            if i < 0:
+                return None
+            self._put(i, ASKED, pid, start, nonce, payload)
+            return i, nonce
+
+    def _states(self) -> bytes:
+        return self.map[0:SLOTS * SIZE:SIZE]   # each slot's first byte
 
     def answer(self, mine: tuple[int, int]):
         """With the turn held: ("done", answer, seq), ("pending", answer) from a
@@ -159,20 +164,18 @@ class Slots:
     # --- the turn's holder ----------------------------------------------------
     def take(self) -> list[tuple[tuple[int, int], bytes]]:
         """Every waiting request, as ((slot, nonce), request), now TAKEN by the
-        caller (who holds the turn). A TAKEN or PENDING slot left by a holder that
-        was killed is cleared if its owner is dead too (a live owner reads it when
-        its turn comes)."""
+        caller (who holds the turn); one whose owner has died since is written all
+        the same, as if it had died just after. A TAKEN or PENDING slot left by a
+        holder that was killed is cleared if its owner is dead too (a live owner
+        reads it when its turn comes)."""
         out = []
         with self._locked():
-            for i in range(SLOTS):
-                state, pid, start, nonce = self._head(i)[:4]
+            for i, state in enumerate(self._states()):
                 if state == ASKED:
-                    if not _alive(pid, start):
-                        self._put(i, FREE, 0, 0, 0, b"")
-                        continue
+                    _, pid, start, nonce = self._head(i)[:4]
                     out.append(((i, nonce), self._body(i)))
                     self._put(i, TAKEN, pid, start, nonce, None)
-                elif state in (TAKEN, PENDING) and not _alive(pid, start):
+                elif state in (TAKEN, PENDING) and not _alive(*self._head(i)[1:3]):
                     self._put(i, FREE, 0, 0, 0, b"")
         return out
 
