@@ -648,6 +648,22 @@ def test_a_hub_that_accepts_and_never_answers_costs_the_timeout_not_minutes(
     assert h_sync(served, tmp_path)["synced"][0]["subject"].endswith("into the void")
 
 
+def test_a_busy_hub_that_answered_is_waited_on_past_the_timeout(served, tmp_path,
+                                                                  monkeypatch):
+    """A hook that checks a push for longer than GITDROP_REMOTE_TIMEOUT (a loaded
+    hub) is not taken for a dead one: once the hub has answered, git may wait BUSY
+    times the timeout without a byte."""
+    monkeypatch.setenv("GITDROP_REMOTE_TIMEOUT", "1")
+    h = client(served, tmp_path, offline=False)
+    hook = os.path.join(served.hub.path, "hooks", "pre-receive")
+    os.rename(hook, hook + ".real")
+    with open(hook, "w") as f:
+        f.write(f"#!/bin/sh\nsleep 2.5\nexec {hook}.real\n")
+    os.chmod(hook, 0o755)
+    h.room("lobby").send("core/juno", "core/kai", "slowly")
+    assert texts(served.hub) == ["slowly"] and h.store.take_queued() == []
+
+
 def h_sync(served, tmp_path):
     return RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
 

@@ -57,8 +57,11 @@ OFFLINE_RETRY = 5.0
 # Re-dated at sync when older than this: the hub takes commits dated near its clock
 # (a room's clock_skew, 30 s by default).
 REDATE_AFTER = 5
-# Seconds a git command may go without a byte from the hub (its progress counts).
+# Seconds a git command may wait for the hub's first answer, and, times BUSY, go
+# without a byte once it has answered (a loaded hub's hook checking a push is
+# silent a while; one that never answers is no busier for waiting on it).
 TIMEOUT = 10.0
+BUSY = 6
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
 
@@ -153,9 +156,10 @@ _PROGRESS = re.compile(r"^(?:remote: )?(?:(?:Enumerating|Counting|Compressing|Wr
 
 
 def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedProcess:
-    """git ARGS, stopped (with everything it started) once `timeout` seconds pass with
-    no byte from it: a slow transfer that keeps going is left alone, a hub that
-    accepted the connection and went silent is not waited on. Unreachable then."""
+    """git ARGS, stopped (with everything it started) once `timeout` seconds pass
+    with no byte from it, or BUSY times that after its first (git prints nothing
+    before the hub answers): a hub that accepted the connection and never answers is
+    not waited on, a busy one or a slow transfer that keeps going is. Unreachable then."""
     p = subprocess.Popen(["git", *args], env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)   # its own group: killed together
@@ -164,24 +168,25 @@ def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedPr
     sel = selectors.DefaultSelector()
     for f in (p.stdout, p.stderr):
         sel.register(f, selectors.EVENT_READ)
-    last = time.monotonic()
+    last, limit = time.monotonic(), timeout
     try:
         while sel.get_map():
-            ready = sel.select(min(0.5, max(0.0, last + timeout - time.monotonic())))
+            ready = sel.select(min(0.5, max(0.0, last + limit - time.monotonic())))
             if not ready and p.poll() is not None:
                 break   # exited; a process it left running holds the pipes
-            if not ready and time.monotonic() - last >= timeout:
+            if not ready and time.monotonic() - last >= limit:
                 raise Unreachable(
-                    f"{public_url(url)} sent nothing for {timeout:g} s, so git {args[0]} "
-                    "was stopped (GITDROP_REMOTE_TIMEOUT): the host drops packets or "
-                    "its server accepts connections and does not answer",
-                    "check the network and the hub's server; on a slow link raise "
-                    "GITDROP_REMOTE_TIMEOUT")
+                    f"{public_url(url)} sent nothing for {limit:g} s"
+                    + (" after it answered" if limit > timeout else "")
+                    + f", so git {args[0]} was stopped (GITDROP_REMOTE_TIMEOUT="
+                    f"{timeout:g}): the host drops packets, or its server accepts "
+                    "connections and does not answer", "check the network and the "
+                    "hub's server; on a slow link raise GITDROP_REMOTE_TIMEOUT")
             for key, _ in ready:
                 chunk = os.read(key.fd, 65536)
                 if chunk:
                     got[key.fd].append(chunk)
-                    last = time.monotonic()
+                    last, limit = time.monotonic(), timeout * BUSY
                 else:
                     sel.unregister(key.fileobj)
         p.wait(timeout)   # both pipes closed: it is exiting
