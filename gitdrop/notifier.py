@@ -518,6 +518,8 @@ def summarize(w: dict) -> str:
         parts.append(_ids("task", w["reviews"]) + " waiting for your review")
     if w["handshakes"]:
         parts.append(_ids("handshake", w["handshakes"]) + " waiting for your ack")
+    if w.get("ready"):
+        parts.append(_ids("task", w["ready"]) + " ready for you to take")
     return "; ".join(parts)
 
 
@@ -526,51 +528,92 @@ def _sorted_ids(ids):
 
 
 def _alert(w: dict, as_json: bool) -> str:
-    w = dict(w, tasks=_sorted_ids(w["tasks"]), reviews=_sorted_ids(w["reviews"]))
+    w = dict(w, tasks=_sorted_ids(w["tasks"]), reviews=_sorted_ids(w["reviews"]),
+             ready=_sorted_ids(w.get("ready", [])))
     summary = summarize(w)
+    step = "gitdrop inbox" if _has_work(dict(w, ready=[])) else "gitdrop ready --claim"
     line = (f"gitdrop: work waiting for {w['agent']} in {w['room']}: {summary} "
-            f"(next: gitdrop inbox)")
+            f"(next: {step})")
     if not as_json:
         return line
     return json.dumps({"ok": True, "alert": line, "summary": summary, "agent": w["agent"],
                        "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
                        "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
-                       "handshakes": w["handshakes"]}, ensure_ascii=False)
+                       "handshakes": w["handshakes"], "ready": w["ready"]},
+                      ensure_ascii=False)
 
 
 def _has_work(w: dict) -> bool:
-    return bool(w["unread"] or w["tasks"] or w["reviews"] or w["handshakes"])
+    """`ready` holds only tasks that became ready while waiting (see run_wait)."""
+    return bool(w["unread"] or w["tasks"] or w["reviews"] or w["handshakes"] or
+                w.get("ready"))
 
 
 def run_wait(hub: str, room: str, agent: str, timeout: float | None, as_json: bool) -> int:
     """`gitdrop wait`: 0 with an alert as soon as something waits for the agent
-    (at once if it already does), TIMEOUT_EXIT (124) after `timeout` seconds."""
+    (at once if it already does), or a task it may take becomes ready while it
+    waits; TIMEOUT_EXIT (124) after `timeout` seconds."""
     n = None
     try:
         n, r, agent = _open(hub, room, agent)
         done = threading.Event()
         lock = threading.Lock()  # one alert, and one thread at a time on `r`
+        # The tasks ready when the wait begins do not end it (an agent that takes
+        # none would never wait); one that becomes ready, or ready again, does.
+        seen: set = set()
+        ready_at = [0]   # when a retry's backoff frees a task (the hub's clock)
+        wake = threading.Event()   # the alert is out, or ready_at changed
 
         def check() -> bool:
             with lock:
                 if done.is_set():
                     return True
                 w = r.waiting(agent)
+                now_ready = w["ready"]
+                w["ready"] = [t for t in now_ready if t not in seen]
+                seen.clear()
+                seen.update(now_ready)
+                if ready_at[0] != w["ready_at"]:
+                    ready_at[0] = w["ready_at"]
+                    wake.set()
                 if _has_work(w):
                     print(_alert(w, as_json), flush=True)
                     done.set()
+                    wake.set()
                 return done.is_set()
-        # subscribed first, checked second: what lands in between is in the check or
-        # in the first scan after start(); the alert is printed from the notifier's
-        # thread (one thread hop less).
+
+        def task_moved(evs) -> None:
+            if any(e["op"].startswith("task-") for e in evs):
+                check()
+        w = r.waiting(agent)
+        seen.update(w["ready"])
+        if _has_work(dict(w, ready=[])):
+            print(_alert(dict(w, ready=[]), as_json), flush=True)
+            return 0
+        # subscribed first, checked again second: what lands in between is in the
+        # check or in the first scan after start(); the alert is printed from the
+        # notifier's thread (one thread hop less). A task becomes ready for anyone
+        # able without a notice to each (a new unassigned task, a release, an edit
+        # of what it waits on): every task event of the room is looked at.
         n.subscribe(room, agent, lambda evs: check())
+        n.subscribe(room, agent, task_moved, every=True)
         if check():
             return 0
         n.start()
         _say(f"{n.describe()}; waiting for {agent} in {room}"
              + ("" if timeout is None else f" (timeout {timeout:g} s)"))
-        if done.wait(None if timeout is None else max(timeout, 0)):
-            return 0
+        end = None if timeout is None else time.monotonic() + max(timeout, 0)
+        while not done.is_set():
+            left = None if end is None else max(end - time.monotonic(), 0)
+            if ready_at[0]:   # a backoff runs out: no commit says so
+                due = max(ready_at[0] - r.clock(), 0) + 0.05
+                left = due if left is None else min(left, due)
+            if wake.wait(left):
+                wake.clear()
+                continue
+            if end is not None and time.monotonic() >= end:
+                break
+            check()
         with lock:
             if done.is_set():
                 return 0

@@ -211,3 +211,94 @@ def test_a_responder_killed_after_an_answer_landed_does_not_give_it_twice(tmp_pa
     _restart(tmp_path, h)
     got, tasks = _answers(r)
     assert got == {msgs[0]: 1, msgs[1]: 1} and len(tasks) == 1
+
+
+# --- 3. `gitdrop wait` and a task that becomes ready ------------------------------------
+
+@pytest.fixture
+def crew(tmp_path):
+    """juno leads; kai holds task 1 (started); task 2 waits on it, for anyone."""
+    from cli_helpers import Gitdrop
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    r = h.room("lobby")
+    r.register("core/juno", ["lead"])
+    r.register("core/spartan", ["coder"])
+    r.register("core/kai", ["coder"])
+    r.create_task("core/juno", "build the parser", assignee="core/kai", review=False)
+    r.move_task("core/kai", "1", "start")
+    r.create_task("core/juno", "test the parser", after=["1"])
+    return r, Gitdrop(h.path, str(tmp_path / "home"))
+
+
+class Waiter:
+    """`gitdrop wait --json` as spartan, in a process of its own, once it waits."""
+
+    def __init__(self, gd, timeout):
+        from cli_helpers import ENTRY
+        import queue
+        import threading
+        self.p = subprocess.Popen([*ENTRY, "--as", "spartan", "wait", "--timeout",
+                                   str(timeout), "--json"], env=gd.env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.err = queue.Queue()
+        threading.Thread(target=lambda: [self.err.put(x) for x in self.p.stderr],
+                         daemon=True).start()
+        try:   # "gitdrop: watching ...; waiting for core/spartan in lobby"
+            line = self.err.get(timeout=30)
+        except queue.Empty:
+            line = ""
+        assert "waiting for core/spartan" in line, (line, self.p.poll(), self.p.stdout.read())
+
+    def result(self, limit=30):
+        import json
+        out = self.p.stdout.read()
+        assert self.p.wait(limit) == 0, (self.p.returncode, out)
+        return json.loads(out)
+
+
+@pytest.mark.parametrize("how", ["dependency done", "new task", "released"])
+def test_wait_wakes_when_another_process_makes_a_task_ready(crew, how):
+    r, gd = crew
+    if how == "released":
+        gd.ok("--as", "kai", "task", "complete", "1")
+        gd.ok("--as", "kai", "task", "claim", "2")
+        r.inbox("core/spartan", limit=0)   # read: only the release may wake it
+    w = Waiter(gd, 30)
+    if how == "dependency done":
+        gd.ok("--as", "kai", "task", "complete", "1")
+        want = "2"
+    elif how == "new task":   # no notice reaches spartan: the task is for anyone
+        want = gd.js("--as", "juno", "task", "create", "review the parser")["id"]
+    else:
+        gd.ok("--as", "kai", "task", "release", "2", "--note", "not mine")
+        want = "2"
+    doc = w.result()
+    assert doc["ready"] == [want] and f"task {want} ready for you to take" in doc["summary"]
+    assert "next: gitdrop ready --claim" in doc["alert"] or doc["unread"]
+
+
+def test_wait_wakes_when_a_backoff_runs_out_with_no_commit_to_say_so(crew):
+    r, gd = crew
+    gd.ok("--as", "kai", "task", "complete", "1")
+    gd.ok("--as", "kai", "task", "claim", "2")
+    r.inbox("core/spartan", limit=0)
+    w = Waiter(gd, 30)
+    import time
+    gd.ok("--as", "kai", "task", "release", "2", "--retry-in", "2")
+    released = time.monotonic()
+    doc = w.result()
+    assert doc["ready"] == ["2"] and time.monotonic() - released >= 1.0
+
+
+def test_wait_does_not_end_for_what_was_ready_or_still_waits_on_another(crew):
+    """Task 2 is ready when the wait begins (nothing new: it times out); task 3 is
+    assigned to spartan but waits on task 1, so it wakes spartan only once 1 is done
+    (it returned at once before, and never woke for the dependency)."""
+    r, gd = crew
+    r.create_task("core/juno", "ship the parser", assignee="core/spartan", after=["1"])
+    r.inbox("core/spartan", limit=0)   # the notice of task 3, read
+    assert Waiter(gd, 1).p.wait(30) == 124
+    w = Waiter(gd, 30)
+    gd.ok("--as", "kai", "task", "complete", "1")
+    doc = w.result()
+    assert doc["tasks"] == ["3"] and doc["ready"] == ["2"]

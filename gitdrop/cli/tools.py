@@ -37,7 +37,8 @@ def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
         "--timeout", metavar="SECONDS",
         help="Give up after this many seconds (exit 124). Default: no limit.",
         show_default=False)] = None):
-    """Block until something waits for you (at once if it already does), print it, exit."""
+    """Block until something waits for you (at once if it already does) or a task you
+    could take becomes ready, print it, exit."""
     from ..notifier import run_wait
     raise typer.Exit(run_wait(s.hub_value, s.room_name, s.agent, timeout, s.json))
 
