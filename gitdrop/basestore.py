@@ -34,6 +34,7 @@ class BaseStore:
     # commit on (remote.py pushes it to a remote hub). False: it lost a race and
     # refreshed the ref, so rebuild; raising refuses the write (it puts the ref back).
     publish = None
+    _last_view = None   # ((tree, room), what a view of it read): see _one
 
     def room_ref(self, room: str) -> str:
         # Every face reaches a room through here: a name like ../hub or x.lock
@@ -122,6 +123,7 @@ class BaseStore:
                         return self._outcomes([got], raise_first)
                     taken = self._take(slots, recipe.rebuild)
                     writequeue.STATS["carried"] += len(taken)
+                shared = self._catch_up(ref)
                 for attempt in range(tries):
                     if attempt:  # lost a race to git itself (a push): let it finish
                         writequeue.STATS["retries"] += 1
@@ -134,7 +136,7 @@ class BaseStore:
                     if w is not None:
                         w.defer_sync = True
                         synced.append(w)
-                    out, why = [], ""
+                    out, why, made = [], "", []
                     for build, author, now in ops + [op for _, op in taken]:
                         at = now if now is None else now + late
                         try:
@@ -151,6 +153,7 @@ class BaseStore:
                             continue
                         if oid != tip:
                             tip, why = oid, why or op
+                            made.append(oid)
                         out.append((oid, result))
                     for (t, _), outcome in zip(taken, out[len(ops):]):
                         slots.pending(t, combine.encode(outcome, tip))
@@ -164,6 +167,8 @@ class BaseStore:
                             seq = w.unsynced if w is not None and w.unsynced is not None else -1
                             for t, _ in taken:
                                 slots.done(t, seq)
+                            if shared is not None and made:
+                                shared.add([(oid, rules._brief(self.reader, oid)) for oid in made])
                             return self._outcomes(out[:len(ops)], raise_first)
                 for t, _ in taken:
                     slots.pending(t, combine.encode(Conflict("", ""), ""))
@@ -220,6 +225,20 @@ class BaseStore:
             synced.append(combine.Ticket(log, seq))
         return outcome
 
+    def _catch_up(self, ref: str):
+        """What the other writers of `ref` on this machine wrote since this process
+        last looked, as the walks back to read cursors need it (combine.Briefs);
+        returns the shared log, for this turn's own commits (None: not shared)."""
+        shared = combine.briefs_for(self.path, ref) if self.publish is None else None
+        if shared is not None:
+            got = shared.since()
+            if got:
+                known = getattr(self.reader, "briefs", None)
+                if known is None or len(known) > 50000:
+                    known = self.reader.briefs = {}
+                known.update(got)
+        return shared
+
     def _has(self, ref: str, oid: str, most: int = 10000) -> bool:
         at = self.tip(ref)
         for _ in range(most):
@@ -251,6 +270,12 @@ class BaseStore:
                 w.settle()   # `tip` may be the group's previous commit, not yet in files
             tc = self.reader.commit(tip)
             view = RoomView(self.reader, tc.tree, tip, room)
+            last = self._last_view
+            if last is not None and last[0] == (tc.tree, room):
+                # The same files as the last write's (messages change none): what was
+                # read and parsed of them holds. Builds copy what they change.
+                view._cache = last[1]
+            self._last_view = ((tc.tree, room), view._cache)
         else:
             view = RoomView(self.reader, None, "", room)
         changes, message, result = build(view, tip)
@@ -277,4 +302,7 @@ class BaseStore:
             oid = w.commit(tree, parents, name, email, when, message)
         else:
             oid = self._native_commit(tree, parents, name, email, when, message)
+        known = getattr(self.reader, "_commits", None)
+        if known is not None:   # the next operation builds on it: no need to read it back
+            known[oid] = CommitData(oid, tree, parents, name, email, when, message)
         return oid, result, op or "write"

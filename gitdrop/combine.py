@@ -25,6 +25,7 @@ import os
 import secrets
 import struct
 import threading
+import zlib
 
 try:
     import fcntl
@@ -271,3 +272,79 @@ class Ticket:
         if self.unsynced is not None and self.log is not None:
             self.log.sync_through(self.unsynced)
             self.unsynced = None
+
+
+# --- what each new commit says, shared -----------------------------------------
+
+_BRIEFS, _BSIZE = 4096, 512
+_BCOUNT = struct.Struct("<Q")      # entries written so far
+_BHEAD = struct.Struct("<QIH")     # entry number + 1, crc32 of the text, its length
+
+
+class Briefs:
+    """The last commits written to one ref on this machine, each as the walk back
+    to a read cursor needs it (parent, author, time, whether it is a message, to,
+    cc: rules._brief), in a ring mapped in memory (`<ref>.briefs`). The writer
+    whose turn it is adds the commits it wrote; every writer reads what was added
+    since it last looked before it builds. Without it each writer read every other
+    writer's commits from their files, inside its turn. Keyed by commit id, so an
+    entry is never stale; a torn or overwritten one fails its check and the commit
+    is read from its file instead."""
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+        size = _BCOUNT.size + _BRIEFS * _BSIZE
+        if os.fstat(self.fd).st_size < size:
+            os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(self.fd, size)
+        self.seen = 0
+
+    def add(self, briefs) -> None:
+        """With the turn held: `briefs` is [(oid, (parent, author, time, message,
+        to, cc))] of the commits just written, in order."""
+        n = _BCOUNT.unpack_from(self.map, 0)[0]
+        for oid, (parent, author, when, message, to, cc) in briefs:
+            text = "\t".join([oid, parent, author, str(when), "1" if message else "",
+                              ",".join(to), ",".join(cc)]).encode()
+            at = _BCOUNT.size + (n % _BRIEFS) * _BSIZE
+            if len(text) <= _BSIZE - _BHEAD.size:   # a longer one: read from its file
+                self.map[at + _BHEAD.size: at + _BHEAD.size + len(text)] = text
+                _BHEAD.pack_into(self.map, at, n + 1, zlib.crc32(text), len(text))
+            else:
+                _BHEAD.pack_into(self.map, at, 0, 0, 0)
+            n += 1
+        _BCOUNT.pack_into(self.map, 0, n)
+
+    def since(self) -> dict:
+        """{oid: brief} of the entries added since this process last looked."""
+        n = _BCOUNT.unpack_from(self.map, 0)[0]
+        out = {}
+        for k in range(max(self.seen, n - _BRIEFS + 1), n):
+            at = _BCOUNT.size + (k % _BRIEFS) * _BSIZE
+            number, crc, length = _BHEAD.unpack_from(self.map, at)
+            text = bytes(self.map[at + _BHEAD.size: at + _BHEAD.size + length])
+            if number != k + 1 or zlib.crc32(text) != crc:
+                continue
+            f = text.decode().split("\t")
+            if len(f) == 7:
+                out[f[0]] = (f[1], f[2], int(f[3]), f[4] == "1",
+                             frozenset(f[5].split(",")) - {""},
+                             frozenset(f[6].split(",")) - {""})
+        self.seen = n
+        return out
+
+
+def briefs_for(git_dir: str, ref: str) -> Briefs | None:
+    if mmap is None:
+        return None
+    path = os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + ".briefs")
+    key = path + "\0briefs"
+    with _GUARD:
+        got = _OPEN.get(key)
+        if got is None or got[0] != os.getpid():
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                got = _OPEN[key] = (os.getpid(), Briefs(path))
+            except (OSError, ValueError):
+                _OPEN[key] = got = (os.getpid(), None)
+        return got[1]

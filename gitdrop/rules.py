@@ -451,6 +451,11 @@ def _check_unread_and_loop(before, c, ctx):
 def _brief(reader, oid: str) -> tuple:
     """(parent, author, time, is a message, to, cc) of a commit, kept on it: a walk
     back over other writers' commits asks this of each, many times over."""
+    shared = getattr(reader, "briefs", None)   # from the other writers (combine.Briefs)
+    if shared:
+        b = shared.get(oid)
+        if b is not None:
+            return b
     h = reader.commit(oid)
     b = getattr(h, "brief", None)
     if b is None:
