@@ -129,6 +129,8 @@ def test_three_machines_of_ten_agents_at_once(served, tmp_path, capsys):
     s = load_run(served, str(tmp_path), MACHINES, PER_MACHINE, sends=SENDS)
     with capsys.disabled():
         print("\n" + summary(s))
+        for x in s["lost"]:
+            print("LOST", x)
     agents = load_agents(MACHINES, PER_MACHINE)
     assert s["writes"] == s["expected"] == len(agents) * (SENDS + 1)
     assert not s["lost"], s["lost"]            # nothing failed without a rule

@@ -327,6 +327,13 @@ class RemoteStore(Store):
             # Kept: it may even have landed (an answer lost); sync finds out.
             self._went_down()
             return self._enqueue(ref, old, new)
+        if status == "failed" and self._landed_after_all(ref, new):
+            return True
+        if status == "failed" and self._fetched > -math.inf and self.tip(ref) != new:
+            # The hub answers (the fetch went through) and does not have it: the push
+            # was cut off (a busy server drops connections); built again and pushed.
+            self._lost_race(ref)
+            return False
         self._undo(ref, old, new)
         if status in ("refused", "rejected"):
             raise self._refusal(err)
@@ -334,6 +341,18 @@ class RemoteStore(Store):
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
                           "check the URL, your credentials and that the hub exists"
                           + _OFFLINE_HINT)
+
+    def _landed_after_all(self, ref: str, new: str) -> bool:
+        """After a push that got no answer: fetch, and True if `new` is on the hub's
+        ref (the answer was lost, not the push). A hub that does not answer the
+        fetch either leaves `_fetched` at -inf."""
+        self._fetched = -math.inf
+        try:
+            self._fetch()
+        except GitdropError:
+            return False
+        tip = self.tip(ref)
+        return bool(tip) and (tip == new or self.repo.descendant_of(tip, new))
 
     def _refusal(self, err: str) -> Refusal:
         refusal = parse_refusal(err) or Refusal(
