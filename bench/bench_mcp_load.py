@@ -9,16 +9,22 @@ by a read and sent again, as an agent would; those are counted. Afterwards every
 message is counted in the room's history and in what the agents read.
 
 The clients run in several processes (--clients), so that the SDK client's own
-work does not sit on one core. Baseline in the same run: the same calls made on
+work does not sit on one core. By default every agent calls again the moment it
+has its answer (a closed loop: the machine is saturated and the figures are its
+throughput and queueing). An agent waits on its model between calls: --think S
+makes each wait S seconds on average (uniform from S/2 to 3S/2) after each call,
+and the latencies are then what an agent feels at that rate. Baseline in the same run: the same calls made on
 the core in one process, one agent after another (no HTTP, no MCP, no waiting).
 
     python bench/bench_mcp_load.py                        # 30 agents × 150 messages
     python bench/bench_mcp_load.py --agents 10 --messages 50
+    python bench/bench_mcp_load.py --think 0.5            # agents that think between calls
 """
 
 import argparse
 import multiprocessing as mp
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -38,7 +44,8 @@ def agent_name(i: int) -> str:
     return f"load/a{i:02d}"
 
 
-def client(url: str, names: list, tokens_: dict, n: int, peers: int, go, out) -> None:
+def client(url: str, names: list, tokens_: dict, n: int, peers: int, think: float, go,
+           out) -> None:
     import anyio
     from mcp_helpers import http_agent
 
@@ -46,11 +53,16 @@ def client(url: str, names: list, tokens_: dict, n: int, peers: int, go, out) ->
         to = agent_name((i + 1) % peers)
         lat = {"send": [], "check_inbox": []}
         retried, read = 0, 0
+        async def pause():
+            if think:
+                await anyio.sleep(random.uniform(think / 2, think * 1.5))
+
         async with http_agent(url, name, "auto", token=tokens_[name]) as a:
             await a.ok("check_inbox")
             go.wait()
             for k in range(n):
                 while True:
+                    await pause()
                     t = time.perf_counter()
                     r = await a.call("send", to_agent=to, message=f"{name} #{k}")
                     lat["send"].append(time.perf_counter() - t)
@@ -60,10 +72,12 @@ def client(url: str, names: list, tokens_: dict, n: int, peers: int, go, out) ->
                     if "unread-before-send" not in text:
                         raise AssertionError(f"{name}: send refused: {text[:300]}")
                     retried += 1
+                    await pause()
                     t = time.perf_counter()
                     got = await a.ok("check_inbox")
                     lat["check_inbox"].append(time.perf_counter() - t)
                     read += len(got["messages"])
+                await pause()
                 t = time.perf_counter()
                 got = await a.ok("check_inbox")
                 lat["check_inbox"].append(time.perf_counter() - t)
@@ -158,12 +172,15 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=30)
     ap.add_argument("--messages", type=int, default=150, help="messages each agent sends")
     ap.add_argument("--clients", type=int, default=3, help="client processes")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds each agent waits between calls, on average (0: none)")
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
     work = args.dir or common.workdir("mcpload-")
     os.makedirs(work, exist_ok=True)
     common.header(f"{args.agents} agents x {args.messages} messages through one MCP "
-                  "server over HTTP", work)
+                  "server over HTTP" + (f", {args.think} s between calls" if args.think
+                                        else ", no wait between calls"), work)
     path = os.path.join(work, "hub.git")
     h = hubmod.init(path, room="")
     h.create_room("hub/admin", ROOM, open_=True, settings={"loop_cap": 0})
@@ -179,7 +196,7 @@ def main() -> None:
         go, out = mp.Event(), mp.Queue()
         groups = [names[i::args.clients] for i in range(args.clients)]
         ps = [mp.Process(target=client, args=(f"http://127.0.0.1:{port}/mcp", g, toks,
-                                              args.messages, args.agents, go, out))
+                                              args.messages, args.agents, args.think, go, out))
               for g in groups if g]
         for p in ps:
             p.start()
