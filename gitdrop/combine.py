@@ -215,15 +215,21 @@ class _FileLock:
 def for_ref(git_dir: str, ref: str) -> Slots | None:
     """This process's slots for `ref`, or None where they cannot be had (not
     POSIX, a read-only hub)."""
-    if fcntl is None:
+    return _shared(git_dir, ref, ".slots", Slots)
+
+
+def _shared(git_dir: str, ref: str, suffix: str, kind):
+    """This process's `kind` over `<hub>/gitdrop/queue/<ref><suffix>` (opened once
+    per process; None where it cannot be: not POSIX, a read-only hub)."""
+    if fcntl is None or mmap is None:
         return None
-    path = os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + ".slots")
+    path = os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + suffix)
     with _GUARD:
         got = _OPEN.get(path)
         if got is None or got[0] != os.getpid():
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                got = _OPEN[path] = (os.getpid(), Slots(path))
+                got = _OPEN[path] = (os.getpid(), kind(path))
             except (OSError, ValueError):
                 _OPEN[path] = got = (os.getpid(), None)
         return got[1]
@@ -335,16 +341,4 @@ class Briefs:
 
 
 def briefs_for(git_dir: str, ref: str) -> Briefs | None:
-    if mmap is None:
-        return None
-    path = os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + ".briefs")
-    key = path + "\0briefs"
-    with _GUARD:
-        got = _OPEN.get(key)
-        if got is None or got[0] != os.getpid():
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                got = _OPEN[key] = (os.getpid(), Briefs(path))
-            except (OSError, ValueError):
-                _OPEN[key] = got = (os.getpid(), None)
-        return got[1]
+    return _shared(git_dir, ref, ".briefs", Briefs)
