@@ -190,13 +190,32 @@ def test_a_push_whose_answer_was_lost_is_applied_once(hub, url, tmp_path):
         f.write(f"#!/bin/sh\n[ \"$1\" = committed ] && [ ! -e {tmp_path}/died ] && "
                 f"touch {tmp_path}/died && kill -9 $PPID\nexit 0\n")
     os.chmod(hook, 0o755)
-    with pytest.raises(Unreachable):
-        h.room("lobby").send("core/juno", "core/kai", "once", key="msg-1")
+    # No answer: the client fetches, finds its commit on the hub, and says it landed.
+    first = h.room("lobby").send("core/juno", "core/kai", "once", key="msg-1")
     landed = hub.store.room_tip("lobby")
+    assert first["commit"] == landed and os.path.exists(tmp_path / "died")
     assert hub.store.reader.commit(landed).body.strip() == "once"
     again = h.room("lobby").send("core/juno", "core/kai", "once", key="msg-1")
     assert again.get("replayed") is True and again["commit"] == landed, (again, landed, hub.room("lobby").log(5))
     assert hub.store.room_tip("lobby") == landed
+
+
+def test_a_push_cut_off_before_it_landed_is_made_again(hub, url, tmp_path):
+    h = client(url, tmp_path, "a", fresh=3600)
+    for who in ("core/juno", "core/kai"):
+        h.room("lobby").register(who)
+    before = hub.store.room_tip("lobby")
+    # The hub's receive-pack dies once before it moves the ref: no answer, nothing landed.
+    hook = os.path.join(hub.path, "hooks", "reference-transaction")
+    with open(hook, "w") as f:
+        f.write(f"#!/bin/sh\n[ \"$1\" = prepared ] && [ ! -e {tmp_path}/died ] && "
+                f"touch {tmp_path}/died && kill -9 $PPID\nexit 0\n")
+    os.chmod(hook, 0o755)
+    sent = h.room("lobby").send("core/juno", "core/kai", "once")
+    landed = hub.store.room_tip("lobby")
+    assert os.path.exists(tmp_path / "died") and sent["commit"] == landed
+    assert hub.store.reader.commit(landed).parent == before   # once, on the tip it had
+    assert hub.store.reader.commit(landed).body.strip() == "once"
 
 
 def test_ref_moves_belong_to_the_hub_machine(hub, url, tmp_path):
