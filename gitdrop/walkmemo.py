@@ -17,6 +17,11 @@ import os
 import time
 import zlib
 
+try:
+    import fcntl
+except ImportError:   # not POSIX: no compaction (the file only grows; a cache)
+    fcntl = None
+
 MAX_KEEP = 2000          # entries kept when the file is compacted
 COMPACT_AT = 4 * MAX_KEEP  # lines in the file that trigger a compaction
 
@@ -78,13 +83,39 @@ class WalkMemo(dict):
             pass  # a cache: never worth failing a write for
 
     def _compact(self) -> None:
-        merged, _ = _load(self.path)
-        items = list(merged.items())[-MAX_KEEP:]
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(_line(k, v) for k, v in items)
-        os.replace(tmp, self.path)   # lines another process appends meanwhile are lost: a cache
-        self._lines = len(items)
+        """Keep the newest MAX_KEEP entries. One process at a time (the others go on:
+        every writer of a busy room got there at once, and each spent hundreds of
+        milliseconds), by each line's key as written, without decoding values."""
+        if fcntl is None:
+            return
+        try:
+            lock = os.open(self.path + ".compact", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return   # another process is at it
+            latest: dict = {}
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+            if len(lines) < COMPACT_AT:   # another process has just done it
+                self._lines = len(lines)
+                return
+            for line in lines:
+                body, _, crc = line.rstrip("\n").rpartition("\t#")
+                if crc == f"{zlib.crc32(body.encode()):08x}":
+                    key = body.partition("\t|")[0]
+                    latest.pop(key, None)   # keep the order of the last write
+                    latest[key] = line if line.endswith("\n") else line + "\n"
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(list(latest.values())[-MAX_KEEP:])
+            os.replace(tmp, self.path)   # lines appended meanwhile are lost: a cache
+            self._lines = min(len(latest), MAX_KEEP)
+        finally:
+            os.close(lock)
 
 
 # One entry per line: the key's fields, "|", the value's fields. Values are
