@@ -158,7 +158,6 @@ class Writer:
         if self.unsynced is not None:
             self.log.sync_through(self.unsynced)
             self.unsynced = None
-            self.log.flush_ahead()
 
     # --- refs -------------------------------------------------------------------
     def current(self, ref: str) -> str:

@@ -227,7 +227,6 @@ class Log:
         self._threads = _thread.allocate_lock()
         self._syncing = _thread.allocate_lock()
         self._sync_fd = None
-        self.flush_due = False   # this process's record crossed an eighth of the lap
         try:
             self.fd = os.open(self.path, os.O_RDWR)
         except OSError as e:
@@ -447,27 +446,6 @@ class Log:
         finally:
             self._syncing.release()
 
-    def flush_ahead(self) -> None:
-        """When this process's record crossed an eighth of the lap: push what the
-        filesystem holds dirty to the device now (syncfs), outside every lock, so
-        the syncfs a lap's end must make under the log's lock finds little left.
-        Unflushed, that one held every writer of the hub for 100-180 ms each lap.
-        One process at a time; the others skip it."""
-        if not self.flush_due:
-            return
-        self.flush_due = False
-        try:
-            fd = os.open(self.path + ".flush", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _syncfs(self.fd)
-        except OSError:
-            pass   # another process is at it
-        finally:
-            os.close(fd)
-
     def _synced(self) -> int:
         raw = os.pread(self.fd, _SYNCED.size, _SYNCED_AT)
         return _SYNCED.unpack(raw)[0] if len(raw) == _SYNCED.size else 0
@@ -492,8 +470,6 @@ class Log:
             tail = HEADER
             rec = _record(payload, lap, seq)
         os.pwrite(self.fd, rec, tail)
-        if (tail - HEADER) * 8 // (size - HEADER) != (tail + len(rec) - HEADER) * 8 // (size - HEADER):
-            self.flush_due = True
         try:
             if sync:
                 os.fdatasync(self.fd)

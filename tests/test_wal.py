@@ -244,48 +244,6 @@ def test_laps_and_a_record_too_big_for_the_log(tmp_path):
     _fsck(path)
 
 
-def test_the_filesystem_is_flushed_ahead_of_a_lap_end_outside_the_locks(tmp_path, monkeypatch):
-    """A writer whose record crosses an eighth of the lap pushes the filesystem's
-    dirty data out after its turn and its sync (syncfs), so the syncfs a lap's end
-    makes under the log's lock finds little left; a process that finds another at
-    it skips it rather than wait."""
-    import fcntl
-    h, r = _hub(tmp_path, size=32 * 1024)
-    log = wal.for_hub(h.store.path)
-    calls, in_turn = [], []
-    real = wal._syncfs
-    monkeypatch.setattr(wal, "_syncfs", lambda fd: (calls.append(bool(in_turn)), real(fd)))
-    real_enter = Turn.__enter__
-
-    def enter(self):
-        in_turn.append(1)
-        return real_enter(self)
-
-    def leave(self, *a, real_exit=Turn.__exit__):
-        in_turn.pop()
-        return real_exit(self, *a)
-    monkeypatch.setattr(Turn, "__enter__", enter)
-    monkeypatch.setattr(Turn, "__exit__", leave)
-    lap = log._head()[0]
-    for i in range(60):
-        r.send("t/ann", "t/bob", f"message {i}: " + "x" * 200)
-        r.inbox("t/bob")
-    laps = log._head()[0] - lap
-    assert laps >= 1
-    ahead = [c for c in calls if not c]
-    assert len(ahead) >= 7 * laps             # an eighth at a time, after the turn
-    assert len(calls) - len(ahead) == laps    # and the one each lap's end makes
-    # Another process at it: skipped, not waited for.
-    fd = os.open(log.path + ".flush", os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        log.flush_due, before = True, len(calls)
-        log.flush_ahead()
-        assert len(calls) == before and not log.flush_due
-    finally:
-        os.close(fd)
-
-
 def test_archive_is_replayed_in_order(tmp_path):
     """A room created and archived since the last lap: the crash kept the room's
     ref file (its removal was lost); replaying the log removes it again."""
