@@ -70,33 +70,51 @@ class WalkMemo(dict):
             return
         try:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            lock = self._lock(fcntl.LOCK_SH) if fcntl else None
+            if lock is False:   # being compacted: these lines go with the next flush
+                self._new = {**new, **self._new}
+                self.dirty = True
+                return
             try:
-                os.write(fd, text.encode())
-                size = os.fstat(fd).st_size
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, text.encode())
+                    size = os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
             finally:
-                os.close(fd)
+                if lock:
+                    os.close(lock)
             self._lines += len(new)
             if self._lines >= COMPACT_AT or size > COMPACT_AT * 200:
                 self._compact()
         except OSError:
             pass  # a cache: never worth failing a write for
 
-    def _compact(self) -> None:
-        """Keep the newest MAX_KEEP entries. One process at a time (the others go on:
-        every writer of a busy room got there at once, and each spent hundreds of
-        milliseconds), by each line's key as written, without decoding values."""
-        if fcntl is None:
-            return
+    def _lock(self, how):
+        """A file descriptor holding `how` on the memo's lock (appends share it, a
+        compaction takes it alone), False if it is held the other way, None if
+        there is no lock to be had."""
         try:
-            lock = os.open(self.path + ".compact", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.path + ".compact", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
-            return
+            return None
         try:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return   # another process is at it
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            os.close(fd)
+            return False
+
+    def _compact(self) -> None:
+        """Keep the newest MAX_KEEP entries, by each line's key as written (values
+        are not decoded). Only while nobody appends, and one process at a time: the
+        others go on (every writer of a busy room got here at once, and each spent
+        hundreds of milliseconds); appends made meanwhile wait for the next flush."""
+        lock = self._lock(fcntl.LOCK_EX) if fcntl else None
+        if not lock:
+            return   # another process is compacting or appending: later
+        try:
             latest: dict = {}
             with open(self.path, encoding="utf-8", errors="replace") as f:
                 lines = f.readlines()
@@ -112,7 +130,7 @@ class WalkMemo(dict):
             tmp = f"{self.path}.{os.getpid()}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.writelines(list(latest.values())[-MAX_KEEP:])
-            os.replace(tmp, self.path)   # lines appended meanwhile are lost: a cache
+            os.replace(tmp, self.path)   # nobody appends meanwhile (the lock)
             self._lines = min(len(latest), MAX_KEEP)
         finally:
             os.close(lock)
