@@ -498,10 +498,14 @@ def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
                 unread += 1
         oid = parent
     own.sort()
-    # Own times at or below `floor` are dropped to bound the memo; a window that
-    # reaches below it is decided by the full walk.
-    if own:
-        keep_from = own[-1] - max(3600, 4 * window)
+    # Own times at or below `floor` are dropped to bound the memo (each process
+    # loads the whole memo: an hour of a busy writer's sends made it megabytes); a
+    # window that reaches below it is decided by the full walk. Without a loop
+    # guard none are kept, and a cap set later walks its first window afresh.
+    if not cap:
+        own, floor = [], max(floor or 0, since + window)
+    elif own:
+        keep_from = own[-1] - max(300, 2 * window)
         if floor is None or keep_from > floor:
             floor = keep_from
             own = own[bisect.bisect_right(own, floor):]

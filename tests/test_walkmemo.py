@@ -70,3 +70,37 @@ def test_a_line_cut_short_is_skipped(tmp_path):
     m2[("x", "c3", False)] = ["t3", True, 0, None, []]
     m2.flush(every=0)
     assert walkmemo.WalkMemo(path)[("x", "c3", False)] == ["t3", True, 0, None, []]
+
+
+def test_the_memo_keeps_own_sends_only_as_the_loop_guard_needs(tmp_path):
+    """The unread check's memo keeps a sender's own message times for the loop
+    guard: none without one, a few windows' worth with one (a busy writer's hour of
+    sends made the memo megabytes, and every process loads it). A cap set later
+    still counts the sends made before it."""
+    from gitdrop import hub as hubmod
+    from gitdrop.errors import Refusal
+    h = hubmod.init(str(tmp_path / "hub.git"), room="")
+    h.create_room("hub/admin", "r", open_=True, settings={"loop_cap": 0})
+    r = h.room("r")
+    r.register("t/lead", ["lead"])
+    for a in ("t/ann", "t/bob"):
+        r.register(a)
+    for i in range(40):
+        r.send("t/ann", "t/bob", f"m{i}")
+    memo = h.store.reader.walks
+    mine = [v for k, v in memo.items() if k[0] == "t/ann"]
+    assert mine and all(v[4] == [] for v in mine)          # no loop guard: no times kept
+    h.room_settings("r", by="t/lead", changes={"loop_cap": 5, "loop_window": 60})
+    r = h.room("r")
+    try:
+        r.send("t/ann", "t/bob", "one more")
+        raise AssertionError("the cap counted none of the 40 sends before it")
+    except Refusal as e:
+        assert e.rule == "loop-guard" and "sent 40 messages" in e.reason
+    h.room_settings("r", by="t/lead", changes={"loop_cap": 1000, "loop_window": 10})
+    r = h.room("r")
+    for i in range(30):
+        r.send("t/ann", "t/bob", f"n{i}")
+    mine = [v for k, v in h.store.reader.walks.items() if k[0] == "t/ann"]
+    newest = max(max(v[4]) for v in mine if v[4])
+    assert all(t >= newest - 300 for v in mine for t in v[4])   # max(300 s, 2 windows)
