@@ -155,14 +155,20 @@ RESPONDER = """
 """
 
 
-@pytest.fixture
-def away(tmp_path):
-    """juno leads spartan and kai; kai asks spartan a question, then tells it something."""
+def _three(tmp_path):
+    """A hub whose lobby has juno (lead), spartan and kai."""
     h = hubmod.init(str(tmp_path / "hub.git"))
     r = h.room("lobby")
     r.register("core/juno", ["lead"])
     r.register("core/spartan", ["coder"])
     r.register("core/kai", ["coder"])
+    return h, r
+
+
+@pytest.fixture
+def away(tmp_path):
+    """juno leads spartan and kai; kai asks spartan a question, then tells it something."""
+    h, r = _three(tmp_path)
     asked = r.send("core/kai", "core/spartan", "Can you review my PR today?")["commit"]
     told = r.send("core/kai", "core/spartan", "The staging server is up again.")["commit"]
     (tmp_path / "away.toml").write_text('away = "on leave"\n')
@@ -219,11 +225,7 @@ def test_a_responder_killed_after_an_answer_landed_does_not_give_it_twice(tmp_pa
 def crew(tmp_path):
     """juno leads; kai holds task 1 (started); task 2 waits on it, for anyone."""
     from cli_helpers import Gitdrop
-    h = hubmod.init(str(tmp_path / "hub.git"))
-    r = h.room("lobby")
-    r.register("core/juno", ["lead"])
-    r.register("core/spartan", ["coder"])
-    r.register("core/kai", ["coder"])
+    h, r = _three(tmp_path)
     r.create_task("core/juno", "build the parser", assignee="core/kai", review=False)
     r.move_task("core/kai", "1", "start")
     r.create_task("core/juno", "test the parser", after=["1"])
