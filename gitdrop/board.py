@@ -93,7 +93,9 @@ def _agents(room, view, held: dict, log: list, limit: int) -> tuple[list[dict], 
             pick.append(a)
             if len(pick) == limit:
                 break
-    return room.who_page(only=pick)["agents"], len(ids)
+    # A picked agent that never wrote made the walk for last acts go 5,000 commits
+    # back (0.7 s through git cat-file): a frame looks as far back as its log.
+    return room.who_page(only=pick, walk=LOG)["agents"], len(ids)
 
 
 def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS,

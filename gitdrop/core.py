@@ -315,11 +315,12 @@ class Room:
         tasks it holds, the last it claimed and the last it completed."""
         return self.who_page()["agents"]
 
-    def who_page(self, offset: int = 0, limit: int = 0, only=None) -> dict:
+    def who_page(self, offset: int = 0, limit: int = 0, only=None, walk: int = 5000) -> dict:
         """who() for the agents from `offset` on, at most `limit` of them (0: all),
         by id: {"agents", "total", "offset", "more" (how many follow)}; `only`: of
         these agents alone (those registered). Only the page's agent files are
-        read, and the walk for last acts is bounded."""
+        read, and the walk for last acts goes at most `walk` commits back (past it,
+        an agent's last act is its file's last_seen)."""
         view, now = self.view(), self.clock()
         ids = view.agent_ids()
         if only is not None:
@@ -328,7 +329,7 @@ class Room:
         offset = max(0, int(offset))
         page = ids[offset:offset + limit] if limit > 0 else ids[offset:]
         agents = view.agents(page)
-        acts, claimed = self._last_acts(view, {a["id"] for a in agents})
+        acts, claimed = self._last_acts(view, {a["id"] for a in agents}, walk)
         holding, completed = {}, {}
         for t in self._headers(view):
             if not t["assignee"]:
