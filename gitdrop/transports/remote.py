@@ -59,8 +59,9 @@ OFFLINE_RETRY = 5.0
 REDATE_AFTER = 5
 # Seconds a git command may wait for the hub's first answer, and, times BUSY, go
 # without a byte once it has answered (a loaded hub's hook checking a push is
-# silent a while; one that never answers is no busier for waiting on it).
-TIMEOUT = 10.0
+# silent a while; one that never answers is no busier for waiting on it). 10 s was
+# too short for Apache running git http-backend with 30 agents pushing at once.
+TIMEOUT = 30.0
 BUSY = 6
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
