@@ -6,7 +6,6 @@ the old flat layout moves them when it opens (CLI, MCP server, a push), once."""
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from gitdrop.basestore import identity
 
 from conftest import free_port, git, refused_rule
 from mcp_helpers import Agent
+from test_transports import wait_for_port
 
 
 @contextlib.asynccontextmanager
@@ -396,14 +396,7 @@ def test_a_client_through_a_url_writes_to_an_old_room_as_the_hub_moves_it(tmp_pa
                                "--enable=receive-pack", str(tmp_path)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "git daemon did not listen"
-                time.sleep(0.05)
+        wait_for_port(port, daemon, "git daemon")
         client = RemoteHub(f"git://127.0.0.1:{port}/hub.git", cache=str(tmp_path / "cache"),
                            fresh=0.0)
         sent = client.room("old").send("core/kai", "core/juno", "on it")
