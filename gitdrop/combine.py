@@ -54,7 +54,7 @@ class Replayed(Exception):
 
 class Recipe:
     """What travels to the turn's holder: `payload` (bytes naming the room, verb and
-    arguments), and `rebuild(store, payload) -> (build, author, now)`, which the
+    arguments), and `rebuild(store, ref, payload) -> (build, author, now)`, which the
     holder calls for the requests it takes (the same function in every process)."""
 
     def __init__(self, payload: bytes, rebuild):
@@ -283,6 +283,7 @@ class Ticket:
 # --- what each new commit says, shared -----------------------------------------
 
 _BRIEFS, _BSIZE = 4096, 512
+_FRESH = 256   # entries a process reads when it first opens the ring
 _BCOUNT = struct.Struct("<Q")      # entries written so far
 _BHEAD = struct.Struct("<QIH")     # entry number + 1, crc32 of the text, its length
 
@@ -303,7 +304,9 @@ class Briefs:
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)
         self.map = mmap.mmap(self.fd, size)
-        self.seen = 0
+        # A new process (a CLI command) starts near the end: decoding the whole ring
+        # cost it 20 ms a write; what its first walk reaches past this is read from files.
+        self.seen = max(0, _BCOUNT.unpack_from(self.map, 0)[0] - _FRESH)
 
     def add(self, briefs) -> None:
         """With the turn held: `briefs` is [(oid, (parent, author, time, message,

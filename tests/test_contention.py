@@ -265,3 +265,31 @@ def test_a_turn_killed_while_writing_for_others_loses_and_doubles_nothing(tmp_pa
         mine = [int(t.rsplit("#", 1)[1]) for a, t in sends if a == "load/k"]
         assert mine == list(range(len(mine))), at
         assert hubmod.Hub(h.store.path).verify("lobby")
+
+
+def test_what_other_writers_wrote_reaches_the_unread_check_through_their_briefs(tmp_path):
+    """Another process's messages to an agent are in the briefs the writers share,
+    and the agent's next send is refused for them (unread-before-send) as when
+    the commits are read from their files."""
+    from gitdrop.errors import Refusal
+    h = _hub(tmp_path, ["load/ann", "load/bob"])
+    room = h.room("lobby")
+    room.send("load/bob", "load/sink", "before")          # bob's walk is memoised here
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from gitdrop import hub
+        r = hub.Hub(sys.argv[1]).room("lobby")
+        for k in range(3):
+            r.send("load/ann", "load/sink", f"aside {k}")
+        r.send("load/ann", "load/bob", "for you", cc="load/sink")
+        r.send("load/ann", "@load", "for the team")
+    """), h.store.path], env=env, check=True)
+    mine = {c for c in git("--git-dir", h.store.path, "rev-list", "-5",
+                           "refs/heads/rooms/lobby").stdout.split()}
+    try:
+        room.send("load/bob", "load/sink", "after")
+        raise AssertionError("bob sent with two unread messages")
+    except Refusal as e:
+        assert e.rule == "unread-before-send" and "2 unread" in e.reason, e.reason
+    assert mine <= set(h.store.reader.briefs)              # known from the briefs, not files
