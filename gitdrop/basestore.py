@@ -121,7 +121,7 @@ class BaseStore:
                     if got is not None:
                         writequeue.STATS["answered"] += 1
                         return self._outcomes([got], raise_first)
-                    taken = self._take(slots, recipe.rebuild)
+                    taken = self._take(slots, ref, recipe.rebuild)
                     writequeue.STATS["carried"] += len(taken)
                 shared = self._catch_up(ref)
                 for attempt in range(tries):
@@ -191,14 +191,14 @@ class BaseStore:
                     raise x
         return out
 
-    def _take(self, slots, rebuild) -> list:
+    def _take(self, slots, ref, rebuild) -> list:
         """The requests waiting in `slots`, as (slot, (build, author, now)); one
         that cannot be rebuilt here is answered at once (its error, or "write it
         yourself")."""
         taken = []
         for t, payload in slots.take():
             try:
-                taken.append((t, rebuild(self, payload)))
+                taken.append((t, rebuild(self, ref, payload)))
             except GitdropError as e:
                 slots.pending(t, combine.encode(e, ""))
                 slots.done(t, -1)

@@ -74,12 +74,13 @@ class _Captured(Exception):
         self.build, self.agent = build, agent
 
 
-def _rebuild(store, payload: bytes):
-    """(build, author, now) of a request another writer left (combine.py): the verb
-    is called again here with its arguments and stopped at its write."""
+def _rebuild(store, ref: str, payload: bytes):
+    """(build, author, now) of a request another writer left in `ref`'s slots
+    (combine.py): the verb is called again here with its arguments and stopped at
+    its write."""
     name, verb, args, kw, now = json.loads(payload)
-    if verb not in _COMBINABLE:
-        raise UsageError(f"{verb!r} cannot be written for another process", "")
+    if verb not in _COMBINABLE or store.room_ref(name) != ref:
+        raise UsageError(f"{verb!r} in room {name!r} cannot be written here", "")
     room = Room(store, name, clock=lambda: now)
     token = _CAPTURE.set(True)
     try:
