@@ -70,12 +70,12 @@ for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
         out = os.open(acks.strip(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if die == "1":   # killed at a chosen line: its second write holds the room's
-            from gitdrop import durable   # lock, its record logged, the ref not moved
-            real, calls = durable._into_place, []
-            def into_place(*a, **k):
-                calls.append(1)
-                if len(calls) == 2:
+        acked = []
+        if die == "1":   # killed at a chosen line: once its first write is acknowledged,
+            from gitdrop import durable   # its next ref move holds the room's lock, its
+            real = durable._into_place    # record logged, the ref not moved (that move
+            def into_place(*a, **k):      # may carry other writers' writes too)
+                if acked:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return real(*a, **k)
             durable._into_place = into_place
@@ -89,6 +89,7 @@ for line in sys.stdin:
             for i in range(int(n)):
                 c = send(f"{lane} {{os.getpid()}} {{i}}")["commit"]
                 os.write(out, (c + "\\n").encode())
+                acked.append(1)
                 time.sleep(random.uniform(0, {pause}))
         except BaseException as e:
             os.write(out, f"error {{type(e).__name__}}: {{e}}\\n".encode())

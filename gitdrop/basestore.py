@@ -113,15 +113,23 @@ class BaseStore:
         slots = combine.for_ref(self.path, ref) \
             if recipe is not None and check and self.publish is None else None
         mine = slots.ask(recipe.payload) if slots is not None else None
+        turn, answered = Turn(self.path, ref), []
         try:
-            with Turn(self.path, ref):
+            if mine is not None and combine.CAN_SLEEP:
+                got, mine = self._await(slots, mine, turn, ref, synced)
+                if got is not None:
+                    writequeue.STATS["answered"] += 1
+                    return self._outcomes([got], raise_first)
+            else:
+                turn.__enter__()
+            try:
                 taken = []
                 if mine is not None:
                     got = self._answered(slots.answer(mine), ref, synced)
                     if got is not None:
                         writequeue.STATS["answered"] += 1
                         return self._outcomes([got], raise_first)
-                    taken = self._take(slots, ref, recipe.rebuild)
+                    taken = self._take(slots, ref, recipe.rebuild, answered)
                     writequeue.STATS["carried"] += len(taken)
                 shared = self._catch_up(ref)
                 for attempt in range(tries):
@@ -136,40 +144,41 @@ class BaseStore:
                     if w is not None:
                         w.defer_sync = True
                         synced.append(w)
-                    out, why, made = [], "", []
-                    for build, author, now in ops + [op for _, op in taken]:
-                        at = now if now is None else now + late
-                        try:
-                            oid, result, op = self._one(room, tip, build, author, at, check, w)
-                        except (GitdropError, combine.Replayed) as e:
-                            out.append(e)
-                            if raise_first and not taken:
-                                break
-                            continue
-                        except Exception as e:   # a fault in another's operation
-                            if len(out) < len(ops):
-                                raise
-                            out.append(e)
-                            continue
-                        if oid != tip:
-                            tip, why = oid, why or op
-                            made.append(oid)
-                        out.append((oid, result))
-                    for (t, _), outcome in zip(taken, out[len(ops):]):
-                        slots.pending(t, combine.encode(outcome, tip))
+                    out, tip, why, made, walked = self._build_ops(
+                        room, tip, ops + [op for _, op in taken], len(ops), check, w,
+                        raise_first and not taken, shared, late)
+                    if taken:
+                        slots.pending([(t, combine.encode(outcome, tip))
+                                       for (t, _), outcome in zip(taken, out[len(ops):])])
                     moved = tip == start or self._cas(ref, start, tip, why or "write", w)
                     if moved:
                         if tip == start or self.publish is None or self.publish(ref, start, tip):
                             writequeue.STATS["writes"] += 1
                             seq = w.unsynced if w is not None and w.unsynced is not None else -1
-                            for t, _ in taken:
-                                slots.done(t, seq)
+                            if taken:
+                                slots.done([t for t, _ in taken], seq)
+                                answered += [t[0] for t, _ in taken]
                             if shared is not None and made:
-                                shared.add([(oid, rules._brief(self.reader, oid)) for oid in made])
+                                shared.add([(oid, rules._brief(self.reader, oid), walked[oid])
+                                            for oid in made])
+                            if slots is not None and combine.CAN_SLEEP:
+                                try:
+                                    self._carry_more(slots, ref, room, recipe.rebuild,
+                                                     shared, answered)
+                                except Exception:
+                                    # This write stands. Requests taken are left as they
+                                    # are: their owners redo them, or find them in the
+                                    # history, as after a holder killed there.
+                                    pass
                             return self._outcomes(out[:len(ops)], raise_first)
-                for t, _ in taken:
-                    slots.pending(t, combine.encode(Conflict("", ""), ""))
-                    slots.done(t, -1)
+                if taken:
+                    slots.pending([(t, combine.encode(Conflict("", ""), "")) for t, _ in taken])
+                    slots.done([t for t, _ in taken], -1)
+                    answered += [t[0] for t, _ in taken]
+            finally:
+                turn.__exit__(None, None, None)
+                if slots is not None and combine.CAN_SLEEP:
+                    slots.wake_asking()
         finally:
             # After the turn: the next writer builds while this one's record syncs,
             # and the walk memo's lines are written (its compaction took 70-140 ms:
@@ -177,11 +186,87 @@ class BaseStore:
             for w in synced:
                 if w.unsynced is not None and not writequeue.sync_later(w):
                     w.sync()
+            # The writers whose requests this turn made: their records are synced
+            # now (unless a server syncs later: then they sync through their own).
+            for i in answered:
+                slots.wake(i)
             memo = getattr(self.reader, "_walks", None)
             if memo:
                 memo.flush()
         raise Conflict(f"{ref} kept moving; gave up after {tries} tries",
                        "try again in a moment")
+
+    def _build_ops(self, room, tip, ops, own, check, w, stop_at_refusal, shared, late=0):
+        """Each of `ops` [(build, author, now)] as its own commit on the one before,
+        from `tip`; the first `own` are the caller's (a fault in one of them is
+        raised; in another's, it is its outcome). Returns (outcomes, new tip, the
+        first op's name, commits made, {commit: walk memo entry of its check})."""
+        out, why, made, walked = [], "", [], {}
+        memo = getattr(self.reader, "walks", None)
+        if shared is not None and memo is not None:
+            # Where the last writer to check each author's send left its walk, so
+            # this one starts from there (another process's entry: it saved it).
+            for _, author, _ in ops:
+                got = shared.walk_for(author)
+                if got is not None:
+                    dict.__setitem__(memo, got[0], got[1])
+        for build, author, now in ops:
+            at = now if now is None else now + late
+            rules.WALKED.entry = None
+            try:
+                oid, result, op = self._one(room, tip, build, author, at, check, w)
+            except (GitdropError, combine.Replayed) as e:
+                out.append(e)
+                if stop_at_refusal:
+                    break
+                continue
+            except Exception as e:   # a fault in another's operation
+                if len(out) < own:
+                    raise
+                out.append(e)
+                continue
+            if oid != tip:
+                tip, why = oid, why or op
+                made.append(oid)
+                walked[oid] = rules.WALKED.entry
+            out.append((oid, result))
+        return out, tip, why, made, walked
+
+    PASSES = 16   # turns of writing for others a writer makes before it lets go
+
+    def _carry_more(self, slots, ref, room, rebuild, shared, answered) -> None:
+        """The turn still held after a write: wake the writers it answered, then
+        make the requests that came in meanwhile, pass after pass while any wait
+        (at most PASSES). Their owners' own work, before and after each write, goes
+        on on the other cores meanwhile instead of waiting for a turn to pass
+        hands. The answers are woken at once; each owner syncs its record."""
+        for _ in range(self.PASSES):
+            for i in answered:
+                slots.wake(i)
+            answered.clear()
+            taken = self._take(slots, ref, rebuild, answered)
+            if not taken:
+                return
+            writequeue.STATS["carried"] += len(taken)
+            start = self.tip(ref)
+            w = self._writer()
+            if w is not None:
+                w.defer_sync = True
+            out, tip, why, made, walked = self._build_ops(
+                room, start, [op for _, op in taken], 0, True, w, False, shared)
+            slots.pending([(t, combine.encode(o, tip)) for (t, _), o in zip(taken, out)])
+            if tip != start and not self._cas(ref, start, tip, why or "write", w):
+                # Lost to git itself (a push): each writes its own, in its turn.
+                slots.pending([(t, {"self": True}) for t, _ in taken])
+                slots.done([t for t, _ in taken], -1)
+                answered += [t[0] for t, _ in taken]
+                return
+            writequeue.STATS["writes"] += 1
+            seq = w.unsynced if w is not None and w.unsynced is not None else -1
+            slots.done([t for t, _ in taken], seq)
+            answered += [t[0] for t, _ in taken]
+            if shared is not None and made:
+                shared.add([(oid, rules._brief(self.reader, oid), walked[oid]) for oid in made])
 
     @staticmethod
     def _outcomes(out, raise_first):
@@ -191,21 +276,61 @@ class BaseStore:
                     raise x
         return out
 
-    def _take(self, slots, ref, rebuild) -> list:
+    def _await(self, slots, mine, turn, ref, synced):
+        """Sleep on our request's slot until another writer's turn has answered it:
+        returns (outcome, None) without ever taking the turn; or until the turn is
+        free: returns (None, mine) holding it (None for mine: write it yourself).
+        The turn's holder wakes the slots it answered, and as it lets go, the
+        first writer still asking; a holder killed wakes nobody, so sleeps are
+        short and look again."""
+        start = time.perf_counter()
+        try:
+            while True:
+                seen = slots.word(mine[0])
+                if slots.state(mine[0]) == combine.DONE:
+                    got = self._answered(slots.answer(mine), ref, synced)
+                    if got is not None:
+                        return got, None
+                    turn.__enter__()
+                    return None, None
+                if turn.try_enter():
+                    return None, mine
+                slots.sleep(mine[0], seen, 0.02)
+        finally:
+            writequeue.STATS["waited"] += time.perf_counter() - start
+
+    def _take(self, slots, ref, rebuild, answered) -> list:
         """The requests waiting in `slots`, as (slot, (build, author, now)); one
         that cannot be rebuilt here is answered at once (its error, or "write it
-        yourself")."""
-        taken = []
+        yourself"; its slot goes in `answered`, to be woken)."""
+        taken, view = [], None
         for t, payload in slots.take():
             try:
-                taken.append((t, rebuild(self, ref, payload)))
+                if view is None:   # one view of the tip for all: each reads agents of it
+                    view = self._shared_view(ref)
+                taken.append((t, rebuild(self, ref, payload, view)))
             except GitdropError as e:
-                slots.pending(t, combine.encode(e, ""))
-                slots.done(t, -1)
+                slots.pending([(t, combine.encode(e, ""))])
+                slots.done([t], -1)
+                answered.append(t[0])
             except Exception:
-                slots.pending(t, {"self": True})
-                slots.done(t, -1)
+                slots.pending([(t, {"self": True})])
+                slots.done([t], -1)
+                answered.append(t[0])
         return taken
+
+    def _shared_view(self, ref: str) -> RoomView:
+        """The room at `ref`'s tip, reusing what the last write's view parsed when
+        the files are the same (callers of a shared view read, never change)."""
+        room, tip = ref.rpartition("/")[2], self.tip(ref)
+        if not tip:
+            return RoomView(self.reader, None, "", room)
+        tc = self.reader.commit(tip)
+        view = RoomView(self.reader, tc.tree, tip, room)
+        last = self._last_view
+        if last is not None and last[0] == (tc.tree, room):
+            view._cache = last[1]
+        return view
 
     def _answered(self, got, ref, synced):
         """The outcome another writer's turn gave our request, or None (write it
@@ -233,12 +358,10 @@ class BaseStore:
         returns the shared log, for this turn's own commits (None: not shared)."""
         shared = combine.briefs_for(self.path, ref) if self.publish is None else None
         if shared is not None:
-            got = shared.since()
-            if got:
-                known = getattr(self.reader, "briefs", None)
-                if known is None or len(known) > 50000:
-                    known = self.reader.briefs = {}
-                known.update(got)
+            known = getattr(self.reader, "briefs", None)
+            if known is None or len(known) > 50000:
+                known = self.reader.briefs = {}
+            shared.since(known)
         return shared
 
     def _has(self, ref: str, oid: str, most: int = 10000) -> bool:

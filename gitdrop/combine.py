@@ -6,9 +6,13 @@ wants written in a slot of a file the room's writers share, mapped in memory
 code. Whoever gets the turn makes its own write and every one waiting in a slot,
 each its own commit built on the one before and checked by the rules, and moves
 the ref once: one lock, one log record, one flush for the lot (flat combining).
-A writer that gets the turn and finds its answer in its slot returns it without
-writing. Without this, each writer in line pays for a whole turn, so eight
-writers of one room were slower together than one alone.
+A writer waiting sleeps on its slot (a futex on the mapped file, Linux): the
+holder wakes it once its answer is there, so it returns without ever taking the
+turn, or as the turn is let go, to take it. The holder keeps the turn while
+requests keep coming (BaseStore._carry_more): the others' own work before and
+after each write runs on the other cores meanwhile. Without this, each writer in
+line pays for a whole turn, so eight writers of one room were slower together
+than one alone.
 
 A slot goes FREE -> ASKED (its owner wrote the request) -> TAKEN (a turn's holder
 took it) -> PENDING (the answer is written, the ref not yet moved) -> DONE (the
@@ -20,8 +24,10 @@ so the owner looks for the batch's commit in the room's history before it trusts
 or redoes the answer. A slot whose owner died is reused.
 """
 
+import ctypes
 import json
 import os
+import platform
 import secrets
 import struct
 import threading
@@ -39,6 +45,8 @@ from . import errors
 SLOTS, SIZE = 64, 16384
 FREE, ASKED, TAKEN, PENDING, DONE = range(5)
 _HEAD = struct.Struct("<B3xIQQIq")   # state, owner pid, its start time, nonce, length, seq
+_WORD = SIZE - 4   # each slot's last 4 bytes: a counter its owner sleeps on (futex)
+_BODY = SIZE - _HEAD.size - 4
 _OPEN: dict = {}
 _GUARD = threading.Lock()
 
@@ -54,7 +62,7 @@ class Replayed(Exception):
 
 class Recipe:
     """What travels to the turn's holder: `payload` (bytes naming the room, verb and
-    arguments), and `rebuild(store, ref, payload) -> (build, author, now)`, which the
+    arguments), and `rebuild(store, ref, payload, view) -> (build, author, now)`, which the
     holder calls for the requests it takes (the same function in every process)."""
 
     def __init__(self, payload: bytes, rebuild):
@@ -102,6 +110,7 @@ class Slots:
         if os.fstat(self.fd).st_size < SLOTS * SIZE:
             os.ftruncate(self.fd, SLOTS * SIZE)   # only ever grows to this: idempotent
         self.map = mmap.mmap(self.fd, SLOTS * SIZE)
+        self._words = None
 
     def _head(self, i: int) -> list:
         return list(_HEAD.unpack_from(self.map, i * SIZE))
@@ -120,11 +129,42 @@ class Slots:
     def _locked(self):
         return _FileLock(self.fd)
 
+    # --- sleeping on a slot (Linux futex on the shared mapping) ----------------
+    def word(self, i: int) -> int:
+        return struct.unpack_from("<I", self.map, i * SIZE + _WORD)[0]
+
+    def state(self, i: int) -> int:
+        return self.map[i * SIZE]
+
+    def sleep(self, i: int, seen: int, seconds: float) -> None:
+        """Until slot `i`'s word is no longer `seen` (woken), or `seconds` pass."""
+        _futex(self._addr(i), _WAIT, seen, seconds)
+
+    def wake(self, i: int) -> None:
+        """Change slot `i`'s word and wake whoever sleeps on it. Two wakers racing
+        may change it once: the word still differs from what a sleeper saw."""
+        if _SYSCALL is None:
+            return
+        struct.pack_into("<I", self.map, i * SIZE + _WORD, (self.word(i) + 1) & 0xFFFFFFFF)
+        _futex(self._addr(i), _WAKE, 0x7FFFFFFF, None)
+
+    def wake_asking(self) -> None:
+        """The turn was let go: wake the first writer still asking, to take it (the
+        others stay asleep; it takes their requests)."""
+        i = self._states().find(ASKED)
+        if i >= 0:
+            self.wake(i)
+
+    def _addr(self, i: int) -> int:
+        if self._words is None:
+            self._words = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        return self._words + i * SIZE + _WORD
+
     # --- the asker ------------------------------------------------------------
     def ask(self, payload: bytes) -> tuple[int, int] | None:
         """Leave a request; returns (slot, nonce), or None (no room for it: write
         for yourself)."""
-        if len(payload) > SIZE - _HEAD.size:
+        if len(payload) > _BODY:
             return None
         pid, start = _me()
         nonce = secrets.randbits(63)
@@ -170,6 +210,9 @@ class Slots:
         holder that was killed is cleared if its owner is dead too (a live owner
         reads it when its turn comes)."""
         out = []
+        states = self._states()
+        if states.count(FREE) + states.count(DONE) == SLOTS:
+            return out   # nobody asks (a glance without the lock: the lock decides)
         with self._locked():
             for i, state in enumerate(self._states()):
                 if state == ASKED:
@@ -180,24 +223,31 @@ class Slots:
                     self._put(i, FREE, 0, 0, 0, b"")
         return out
 
-    def pending(self, taken: tuple[int, int], answer: dict) -> None:
-        """The answer to a taken request, before the ref moves."""
-        body = json.dumps(answer).encode()
-        if len(body) > SIZE - _HEAD.size:
-            body = json.dumps({"self": True}).encode()
-        self._answer(taken, (TAKEN, PENDING), PENDING, body, -1)
+    def pending(self, answers) -> None:
+        """[(taken request, its answer)], before the ref moves."""
+        items = []
+        for taken, answer in answers:
+            body = json.dumps(answer).encode()
+            if len(body) > _BODY:
+                body = json.dumps({"self": True}).encode()
+            items.append((taken, body))
+        self._answer(items, (TAKEN, PENDING), PENDING, -1)
 
-    def done(self, taken: tuple[int, int], seq: int) -> None:
-        """The ref moved: the answer holds, durable once the log is synced through
-        `seq` (-1: nothing to sync)."""
-        self._answer(taken, (PENDING,), DONE, None, seq)
+    def done(self, taken, seq: int) -> None:
+        """The ref moved: the answers to the `taken` requests hold, durable once
+        the log is synced through `seq` (-1: nothing to sync). The caller wakes
+        their owners (`wake`) once it has let go of the turn: a woken process may
+        take the CPU at once."""
+        self._answer([(t, None) for t in taken], (PENDING,), DONE, seq)
 
-    def _answer(self, taken, states, state, body, seq) -> None:
-        i, nonce = taken
-        with self._locked():   # the slot must still hold the request taken
-            st, pid, start, n = self._head(i)[:4]
-            if st in states and n == nonce:
-                self._put(i, state, pid, start, nonce, body, seq)
+    def _answer(self, items, states, state, seq) -> None:
+        if not items:
+            return
+        with self._locked():   # each slot must still hold the request taken
+            for (i, nonce), body in items:
+                st, pid, start, n = self._head(i)[:4]
+                if st in states and n == nonce:
+                    self._put(i, state, pid, start, nonce, body, seq)
 
 
 class _FileLock:
@@ -210,6 +260,36 @@ class _FileLock:
     def __exit__(self, *exc):
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         return False
+
+
+_WAIT, _WAKE = 0, 1   # FUTEX_WAIT, FUTEX_WAKE, not private: other processes map it
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+def _libc_syscall():
+    if _SYS_FUTEX is None or not platform.system() == "Linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+
+
+_SYSCALL = _libc_syscall()
+CAN_SLEEP = _SYSCALL is not None   # else a writer waits for the turn to read its answer
+
+
+def _futex(addr: int, op: int, val: int, seconds: float | None) -> None:
+    ts = None
+    if seconds is not None:
+        ts = ctypes.byref(_Timespec(int(seconds), int((seconds % 1) * 1e9)))
+    # ctypes lets go of the GIL for the call. EAGAIN (the word already changed),
+    # ETIMEDOUT and EINTR all mean: look again.
+    _SYSCALL(_SYS_FUTEX, ctypes.c_void_p(addr), op, ctypes.c_uint(val), ts, None, 0)
 
 
 def for_ref(git_dir: str, ref: str) -> Slots | None:
@@ -294,9 +374,12 @@ class Briefs:
     cc: rules._brief), in a ring mapped in memory (`<ref>.briefs`). The writer
     whose turn it is adds the commits it wrote; every writer reads what was added
     since it last looked before it builds. Without it each writer read every other
-    writer's commits from their files, inside its turn. Keyed by commit id, so an
-    entry is never stale; a torn or overwritten one fails its check and the commit
-    is read from its file instead."""
+    writer's commits from their files, inside its turn. Beside a commit whose
+    check walked back to its author's read cursor goes where that walk ended (the
+    walk memo's entry, rules._quick_ok): the next turn's holder, often another
+    process, starts that author's next walk there instead of at its own older
+    entry. Keyed by commit id, so an entry is never stale; a torn or overwritten
+    one fails its check and the commit is read from its file instead."""
 
     def __init__(self, path: str):
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
@@ -307,14 +390,19 @@ class Briefs:
         # A new process (a CLI command) starts near the end: decoding the whole ring
         # cost it 20 ms a write; what its first walk reaches past this is read from files.
         self.seen = max(0, _BCOUNT.unpack_from(self.map, 0)[0] - _FRESH)
+        self.newest: dict = {}   # author -> number of its newest entry not yet used
 
     def add(self, briefs) -> None:
         """With the turn held: `briefs` is [(oid, (parent, author, time, message,
-        to, cc))] of the commits just written, in order."""
+        to, cc), walk)] of the commits just written, in order; `walk` is the entry
+        the unread check left in the walk memo (rules._quick_ok) or None."""
         n = _BCOUNT.unpack_from(self.map, 0)[0]
-        for oid, (parent, author, when, message, to, cc) in briefs:
-            text = "\t".join([oid, parent, author, str(when), "1" if message else "",
-                              ",".join(to), ",".join(cc)]).encode()
+        for oid, (parent, author, when, message, to, cc), walk in briefs:
+            fields = [oid, parent, author, str(when), "1" if message else "",
+                      ",".join(to), ",".join(cc)]
+            if walk is not None:
+                fields.append(_walk_text(walk))
+            text = "\t".join(fields).encode()
             at = _BCOUNT.size + (n % _BRIEFS) * _BSIZE
             if len(text) <= _BSIZE - _BHEAD.size:   # a longer one: read from its file
                 self.map[at + _BHEAD.size: at + _BHEAD.size + len(text)] = text
@@ -324,23 +412,52 @@ class Briefs:
             n += 1
         _BCOUNT.pack_into(self.map, 0, n)
 
-    def since(self) -> dict:
-        """{oid: brief} of the entries added since this process last looked."""
+    def since(self, known: dict) -> None:
+        """Add to `known` ({commit id: brief}) the commits added since this process
+        last looked, and note each author's newest entry, for walk_for."""
         n = _BCOUNT.unpack_from(self.map, 0)[0]
-        out = {}
         for k in range(max(self.seen, n - _BRIEFS + 1), n):
-            at = _BCOUNT.size + (k % _BRIEFS) * _BSIZE
-            number, crc, length = _BHEAD.unpack_from(self.map, at)
-            text = bytes(self.map[at + _BHEAD.size: at + _BHEAD.size + length])
-            if number != k + 1 or zlib.crc32(text) != crc:
-                continue
-            f = text.decode().split("\t")
-            if len(f) == 7:
-                out[f[0]] = (f[1], f[2], int(f[3]), f[4] == "1",
-                             frozenset(f[5].split(",")) - {""},
-                             frozenset(f[6].split(",")) - {""})
+            f = self._fields(k)
+            if f is not None:
+                known[f[0]] = (f[1], f[2], int(f[3]), f[4] == "1",
+                               frozenset(f[5].split(",")) - {""},
+                               frozenset(f[6].split(",")) - {""})
+                self.newest[f[2]] = k
         self.seen = n
-        return out
+
+    def _fields(self, k: int) -> list | None:
+        at = _BCOUNT.size + (k % _BRIEFS) * _BSIZE
+        number, crc, length = _BHEAD.unpack_from(self.map, at)
+        text = bytes(self.map[at + _BHEAD.size: at + _BHEAD.size + length])
+        if number != k + 1 or zlib.crc32(text) != crc:
+            return None   # overwritten since, or torn: read from the commit's file
+        f = text.decode().split("\t")
+        return f if len(f) in (7, 8) else None
+
+    def walk_for(self, author: str):
+        """The walk memo entry (key, value) beside `author`'s newest commit noted by
+        since(), once (later ones are this process's own), or None."""
+        k = self.newest.pop(author, None)
+        f = self._fields(k) if k is not None else None
+        return _walk_from(author, f[7]) if f is not None and len(f) == 8 else None
+
+
+def _walk_text(walk) -> str:
+    """A walk memo entry ((author, cursor, lead), (tip, found, unread, floor,
+    own times)) as one field of a brief (its author is the brief's)."""
+    (_, cursor, lead), (tip, found, unread, floor, own) = walk
+    return " ".join([cursor or "-", "1" if lead else "0", tip, "1" if found else "0",
+                     str(unread), "-" if floor is None else str(floor)] + [str(t) for t in own])
+
+
+def _walk_from(author: str, text: str):
+    try:
+        cursor, lead, tip, found, unread, floor, *own = text.split(" ")
+        return ((author, "" if cursor == "-" else cursor, lead == "1"),
+                (tip, found == "1", int(unread), None if floor == "-" else int(floor),
+                 [int(t) for t in own]))
+    except ValueError:
+        return None
 
 
 def briefs_for(git_dir: str, ref: str) -> Briefs | None:

@@ -74,14 +74,16 @@ class _Captured(Exception):
         self.build, self.agent = build, agent
 
 
-def _rebuild(store, ref: str, payload: bytes):
+def _rebuild(store, ref: str, payload: bytes, view=None):
     """(build, author, now) of a request another writer left in `ref`'s slots
     (combine.py): the verb is called again here with its arguments and stopped at
-    its write."""
+    its write. `view`: the room as the turn found it, read by every request of
+    the turn before its write (the write itself builds on the tip as it is then)."""
     name, verb, args, kw, now = json.loads(payload)
     if verb not in _COMBINABLE or store.room_ref(name) != ref:
         raise UsageError(f"{verb!r} in room {name!r} cannot be written here", "")
     room = Room(store, name, clock=lambda: now)
+    room._at_hand = view
     token = _CAPTURE.set(True)
     try:
         getattr(room, verb)(*args, **kw)
@@ -107,6 +109,7 @@ class Room:
     # lead_claim(room, agent), set by the hub: a registration with the lead role
     # asks the team registry for it (gitdrop.hub.Hub.claim_lead).
     lead_claim = None
+    _at_hand = None   # a view of the tip to read instead of a fresh one (_rebuild)
 
     def __init__(self, store, name: str, clock=_now):
         self.store = store
@@ -116,6 +119,8 @@ class Room:
 
     # --- reading ---------------------------------------------------------------
     def view(self, at: str = "") -> RoomView:
+        if not at and self._at_hand is not None:
+            return self._at_hand
         return self.store.view(self.name, at)
 
     def resolve(self, name: str, view: RoomView | None = None) -> str:

@@ -7,6 +7,7 @@ same verdict. It returns the operation the commit performs (from its
 raises `Refusal` naming the rule, the commit and the fix otherwise.
 """
 
+import _thread
 import bisect
 import time
 
@@ -468,6 +469,12 @@ def _brief(reader, oid: str) -> tuple:
     return b
 
 
+# The walk entry the last _quick_ok of this thread made ((key, value) or None):
+# the writer shares it with the room's other writers beside the commit's brief
+# (combine.Briefs), so whichever holds the next turn starts from it.
+WALKED = _thread._local()   # (threading imports too much for the hook)
+
+
 def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
     """True when the walk above would accept, using a per-process memo on the
     reader (`reader.walks`, keyed by commit ids, so never stale): for (author,
@@ -512,6 +519,7 @@ def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
     if len(memo) > 10000:
         memo.clear()
     memo[key] = (c.parent, found, unread, floor, own)
+    WALKED.entry = (key, memo[key])
     if unread:
         return False
     if not cap:

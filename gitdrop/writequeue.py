@@ -69,6 +69,23 @@ class Turn:
         STATS["waited"] += time.perf_counter() - start
         return self
 
+    def try_enter(self) -> bool:
+        """Take the turn if nobody has it; False at once if somebody does."""
+        if self.handle is None:
+            return True
+        _, threads, fd = self.handle
+        if not threads.acquire(False):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            threads.release()
+            return False
+        except BaseException:
+            threads.release()
+            raise
+        return True
+
     def __exit__(self, kind, value, tb):
         if self.handle is not None:
             _, threads, fd = self.handle
