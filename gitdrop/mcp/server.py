@@ -735,6 +735,8 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
           host: str = "127.0.0.1", port: int = 9400, tools: str = "agent") -> None:
     """Serve one room of a hub over stdio (one agent) or streamable HTTP (/mcp)."""
     server, box, push = build(hub_path, room, agent, transport, tools)
+    from .. import pauses
+    pauses.keep_short()
 
     # The server reaps while it runs (a remote hub is reaped on its own machine).
     every = box.hub.config("gitdrop.reapIntervalSeconds", 3600) if hasattr(box.hub, "config") else 0

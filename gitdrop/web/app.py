@@ -490,6 +490,8 @@ def is_loopback(host: str) -> bool:
 
 def serve(hub_path: str, host: str = "127.0.0.1", port: int = 8787, log_level: str = "warning"):
     """Run the board until interrupted (every page needs a login off loopback)."""
+    from .. import pauses
+    pauses.keep_short()
     server(make_app(hub_path, require_login=not is_loopback(host)), host, port,
            log_level).run()
 
