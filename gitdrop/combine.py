@@ -184,22 +184,25 @@ class Slots:
         return self.map[0:SLOTS * SIZE:SIZE]   # each slot's first byte
 
     def answer(self, mine: tuple[int, int]):
-        """With the turn held: ("done", answer, seq), ("pending", answer) from a
-        holder killed before it could say whether the ref moved, or None: nobody
-        wrote it (or the holder was killed first), so write it yourself. The slot
-        is freed in every case."""
+        """With the turn held, or once the slot is DONE: ("done", answer, seq),
+        ("pending", answer) from a holder killed before it could say whether the
+        ref moved, or None: nobody wrote it (or the holder was killed first), so
+        write it yourself. The slot is freed in every case.
+
+        No lock: then nobody else changes this slot (a turn's holder only takes
+        ASKED ones, and the turn is ours or done with it; ask() only reuses a FREE
+        one, or a dead owner's), and freeing it is one byte, written last."""
         i, nonce = mine
+        state, _, _, n, _, seq = self._head(i)
+        if n != nonce:   # not ours any more (cannot happen while we live)
+            return None
         got = None
-        with self._locked():
-            state, _, _, n, _, seq = self._head(i)
-            if n != nonce:   # not ours any more (cannot happen while we live)
-                return None
-            if state in (DONE, PENDING):
-                try:
-                    got = ("done" if state == DONE else "pending", json.loads(self._body(i)), seq)
-                except ValueError:
-                    got = None
-            self._put(i, FREE, 0, 0, 0, b"")
+        if state in (DONE, PENDING):
+            try:
+                got = ("done" if state == DONE else "pending", json.loads(self._body(i)), seq)
+            except ValueError:
+                got = None
+        self.map[i * SIZE] = FREE
         return got
 
     # --- the turn's holder ----------------------------------------------------
