@@ -161,15 +161,6 @@ class BaseStore:
                             if shared is not None and made:
                                 shared.add([(oid, rules._brief(self.reader, oid), walked[oid])
                                             for oid in made])
-                            if slots is not None and combine.CAN_SLEEP:
-                                try:
-                                    self._carry_more(slots, ref, room, recipe.rebuild,
-                                                     shared, answered)
-                                except Exception:
-                                    # This write stands. Requests taken are left as they
-                                    # are: their owners redo them, or find them in the
-                                    # history, as after a holder killed there.
-                                    pass
                             return self._outcomes(out[:len(ops)], raise_first)
                 if taken:
                     slots.pending([(t, combine.encode(Conflict("", ""), "")) for t, _ in taken])
@@ -231,42 +222,6 @@ class BaseStore:
                 walked[oid] = rules.WALKED.entry
             out.append((oid, result))
         return out, tip, why, made, walked
-
-    PASSES = 16   # turns of writing for others a writer makes before it lets go
-
-    def _carry_more(self, slots, ref, room, rebuild, shared, answered) -> None:
-        """The turn still held after a write: wake the writers it answered, then
-        make the requests that came in meanwhile, pass after pass while any wait
-        (at most PASSES). Their owners' own work, before and after each write, goes
-        on on the other cores meanwhile instead of waiting for a turn to pass
-        hands. The answers are woken at once; each owner syncs its record."""
-        for _ in range(self.PASSES):
-            for i in answered:
-                slots.wake(i)
-            answered.clear()
-            taken = self._take(slots, ref, rebuild, answered)
-            if not taken:
-                return
-            writequeue.STATS["carried"] += len(taken)
-            start = self.tip(ref)
-            w = self._writer()
-            if w is not None:
-                w.defer_sync = True
-            out, tip, why, made, walked = self._build_ops(
-                room, start, [op for _, op in taken], 0, True, w, False, shared)
-            slots.pending([(t, combine.encode(o, tip)) for (t, _), o in zip(taken, out)])
-            if tip != start and not self._cas(ref, start, tip, why or "write", w):
-                # Lost to git itself (a push): each writes its own, in its turn.
-                slots.pending([(t, {"self": True}) for t, _ in taken])
-                slots.done([t for t, _ in taken], -1)
-                answered += [t[0] for t, _ in taken]
-                return
-            writequeue.STATS["writes"] += 1
-            seq = w.unsynced if w is not None and w.unsynced is not None else -1
-            slots.done([t for t, _ in taken], seq)
-            answered += [t[0] for t, _ in taken]
-            if shared is not None and made:
-                shared.add([(oid, rules._brief(self.reader, oid), walked[oid]) for oid in made])
 
     @staticmethod
     def _outcomes(out, raise_first):

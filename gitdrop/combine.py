@@ -8,11 +8,9 @@ each its own commit built on the one before and checked by the rules, and moves
 the ref once: one lock, one log record, one flush for the lot (flat combining).
 A writer waiting sleeps on its slot (a futex on the mapped file, Linux): the
 holder wakes it once its answer is there, so it returns without ever taking the
-turn, or as the turn is let go, to take it. The holder keeps the turn while
-requests keep coming (BaseStore._carry_more): the others' own work before and
-after each write runs on the other cores meanwhile. Without this, each writer in
-line pays for a whole turn, so eight writers of one room were slower together
-than one alone.
+turn, or as the turn is let go, to take it. Without this, each writer in line
+pays for a whole turn, so eight writers of one room were slower together than
+one alone.
 
 A slot goes FREE -> ASKED (its owner wrote the request) -> TAKEN (a turn's holder
 took it) -> PENDING (the answer is written, the ref not yet moved) -> DONE (the

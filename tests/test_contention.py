@@ -200,7 +200,7 @@ def test_a_turn_writes_for_those_waiting_and_each_gets_its_own_answer(tmp_path):
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from gitdrop import basestore, combine, hub, store
+    from gitdrop import combine, hub, store
     path, me, n, at = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     took = []
 
@@ -208,40 +208,24 @@ KILLER = textwrap.dedent("""
         os.kill(os.getpid(), signal.SIGKILL)
 
     real_take, real_cas, real_done = combine.Slots.take, store.Store._cas, combine.Slots.done
-    real_more = basestore.BaseStore._carry_more
-    carrying = []
-    # "take", "cas", "done": the first time there is one; "...+": only in a later
-    # pass, with the turn kept to write what came in meanwhile (_carry_more).
-    step, later = at.rstrip("+"), at.endswith("+")
-
-    def here():
-        return bool(carrying) or not later
 
     def take(self):
         got = real_take(self)
         took.append(bool(got))
-        if got and step == "take" and here():     # requests TAKEN, nothing written
+        if got and at == "take":     # requests TAKEN, nothing written
             die()
         return got
 
     def cas(self, *a, **k):
-        if took and took[-1] and step == "cas" and here():   # answers PENDING, ref not moved
+        if took and took[-1] and at == "cas":   # answers PENDING, the ref not moved
             die()
         return real_cas(self, *a, **k)
 
     def done(self, *a, **k):
-        if step == "done" and here():             # the ref moved, answers still PENDING
+        if at == "done":             # the ref moved, answers still PENDING
             die()
         return real_done(self, *a, **k)
-
-    def more(self, *a, **k):
-        carrying.append(1)
-        try:
-            return real_more(self, *a, **k)
-        finally:
-            carrying.pop()
     combine.Slots.take, store.Store._cas, combine.Slots.done = take, cas, done
-    basestore.BaseStore._carry_more = more
     room = hub.Hub(path).room("lobby")
     print("ready", flush=True)
     sys.stdin.readline()
@@ -253,12 +237,10 @@ KILLER = textwrap.dedent("""
 def test_a_turn_killed_while_writing_for_others_loses_and_doubles_nothing(tmp_path):
     """The writer making others' writes is killed at each step: after taking the
     requests, after answering them but before the ref moved, after the ref moved
-    but before saying so; in its turn's first write, and in a later pass (the
-    turn kept for requests that came in meanwhile). Each waiting writer's write
-    lands exactly once (it writes for itself when the answer cannot be trusted)
-    and nobody is refused."""
+    but before saying so. Each waiting writer's write lands exactly once (it
+    writes for itself when the answer cannot be trusted) and nobody is refused."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for at in ("take", "cas", "done", "take+", "cas+", "done+"):
+    for at in ("take", "cas", "done"):
         writers = [f"load/w{i}" for i in range(4)]
         h = _hub(tmp_path / at, writers + ["load/k"])
         n = 40
