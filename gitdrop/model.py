@@ -73,8 +73,18 @@ DEFAULT_SETTINGS = {
 }
 
 
+_NAMES: dict = {}   # name -> is_name: the same few names are checked many times a write
+
+
 def is_name(s: str) -> bool:
-    return bool(NAME_RE.match(s or ""))
+    got = _NAMES.get(s) if isinstance(s, str) else None
+    if got is None:
+        got = bool(NAME_RE.match(s or ""))
+        if isinstance(s, str):
+            if len(_NAMES) > 50000:
+                _NAMES.clear()
+            _NAMES[s] = got
+    return got
 
 
 def check_name(what: str, s, longest: int = 40) -> str:
@@ -129,8 +139,18 @@ LAYOUT = 2
 def bucket(key) -> str:
     """The fan-out directory of a name: the first two hex digits of the SHA-1 of
     the name's bytes (by hand: printf %s NAME | sha1sum | cut -c1-2)."""
-    import hashlib   # here: the hook's start-up does not pay for it when unused
-    return hashlib.sha1(str(key).encode()).hexdigest()[:2]
+    key = str(key)
+    got = _BUCKETS.get(key)
+    if got is None:
+        import hashlib   # here: the hook's start-up does not pay for it when unused
+        got = hashlib.sha1(key.encode()).hexdigest()[:2]
+        if len(_BUCKETS) > 50000:
+            _BUCKETS.clear()
+        _BUCKETS[key] = got
+    return got
+
+
+_BUCKETS: dict = {}
 
 
 def agent_path(agent_id: str, layout: int = LAYOUT) -> str:
