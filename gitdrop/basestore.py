@@ -114,6 +114,10 @@ class BaseStore:
             if recipe is not None and check and self.publish is None else None
         mine = slots.ask(recipe.payload) if slots is not None else None
         turn, answered = Turn(self.path, ref), []
+        if mine is not None:
+            # What the others wrote since this process last looked, read before the
+            # turn: inside it, every writer of the room would wait for that.
+            self._catch_up(ref)
         try:
             if mine is not None and combine.CAN_SLEEP:
                 got, mine = self._await(slots, mine, turn, ref, synced)
