@@ -60,8 +60,9 @@ class Replayed(Exception):
 
 class Recipe:
     """What travels to the turn's holder: `payload` (bytes naming the room, verb and
-    arguments), and `rebuild(store, ref, payload, view) -> (build, author, now)`, which the
-    holder calls for the requests it takes (the same function in every process)."""
+    arguments), and `rebuild(store, ref, payload, view) -> (build, author, now)`,
+    which the holder calls for the requests it takes (the same function in every
+    process; `view` is the tip as the turn found it)."""
 
     def __init__(self, payload: bytes, rebuild):
         self.payload, self.rebuild = payload, rebuild
@@ -264,7 +265,8 @@ class _FileLock:
 
 
 _WAIT, _WAKE = 0, 1   # FUTEX_WAIT, FUTEX_WAKE, not private: other processes map it
-_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(
+    platform.machine().lower())   # the syscall's number on Linux
 
 
 class _Timespec(ctypes.Structure):
