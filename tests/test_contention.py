@@ -72,6 +72,40 @@ def _in_order(sends, writer, n):
     return mine == list(range(n))
 
 
+def test_where_a_writer_cannot_sleep_on_its_slot_it_waits_for_the_turn(tmp_path):
+    """Without Linux's futex (combine.CAN_SLEEP false), a writer whose write another
+    turn made reads its answer when its own turn comes: every send lands once, in
+    order, and some were made by another writer's turn."""
+    writers = [f"load/w{i}" for i in range(4)]
+    h = _hub(tmp_path, writers)
+    n = 40
+    no_sleep = WRITER.replace("from gitdrop import hub\n", textwrap.dedent("""
+        from gitdrop import hub, combine, writequeue
+        combine.CAN_SLEEP, combine._SYSCALL = False, None
+        import atexit
+        atexit.register(lambda: print("answered", writequeue.STATS["answered"], flush=True))
+    """))
+    assert no_sleep != WRITER
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    ps = [subprocess.Popen([sys.executable, "-c", no_sleep, h.store.path, w, str(n)], env=env,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+          for w in writers]
+    for p in ps:
+        assert p.stdout.readline().strip() == "ready"
+    for p in ps:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = [p.communicate(timeout=120)[0] for p in ps]
+    assert all(p.returncode == 0 for p in ps), outs
+    assert not [line for o in outs for line in o.splitlines() if line.startswith("refused")]
+    assert sum(int(line.split()[1]) for o in outs for line in o.splitlines()
+               if line.startswith("answered")) > 0, outs
+    sends = _sends(h.store.path)
+    assert len(sends) == len(writers) * n
+    for w in writers:
+        assert _in_order(sends, w, n), w
+
+
 def test_writers_of_one_room_take_turns_and_none_is_refused(tmp_path):
     writers = [f"load/w{i}" for i in range(6)]
     h = _hub(tmp_path, writers)
