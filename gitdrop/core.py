@@ -13,6 +13,7 @@ from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
 IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
+_ALIVE_UNTIL: dict = {}    # (hub, room, agent) -> until when it is known alive (_dead_hints)
 LEASE_TTL = 1800           # seconds a path lease runs unless told (gitdrop lease take --ttl)
 
 
@@ -416,10 +417,14 @@ class Room:
         """A line for each agent among `ids` that looks dead (no act for HEALTH's last
         limit): it may not read a message soon. Cheap first (its last ping and the
         time of the commit its cursor points at), and a walk only for the doubtful."""
-        ids = [a for a in ids if model.is_agent_id(a)]   # not @team, all
+        now = self.clock()
+        # An agent seen alive at `last` is alive until last + the limit, whatever it
+        # does meanwhile: known here, a send does not read its file again.
+        ids = [a for a in ids if model.is_agent_id(a)   # not @team, all
+               and _ALIVE_UNTIL.get((self.store.path, self.name, a), 0) <= now]
         if not ids:
             return []
-        view, now, out = self.view(), self.clock(), []
+        view, out = self.view(), []
         for a in ids:
             doc = view.agent(a)
             if doc is None:
@@ -431,6 +436,9 @@ class Room:
                 except KeyError:
                     pass
             if now - last < HEALTH[-1][0]:
+                if len(_ALIVE_UNTIL) > 50000:
+                    _ALIVE_UNTIL.clear()
+                _ALIVE_UNTIL[(self.store.path, self.name, a)] = last + HEALTH[-1][0]
                 continue
             last = max(last, self._last_acts(view, {a}, limit=2000)[0].get(a, 0))
             if now - last >= HEALTH[-1][0]:

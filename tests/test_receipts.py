@@ -76,6 +76,18 @@ def test_a_send_to_an_agent_that_looks_dead_says_so(tmp_path):
     assert "0/1 read: gone UNREAD" in p.stdout, p.stdout
 
 
+def test_an_agent_known_alive_looks_dead_once_its_time_has_passed(tmp_path):
+    """A sender remembers until when a recipient is alive (its last act plus the
+    limit) and does not read its file again before then; past it, it looks again."""
+    hub, team = _room_an_hour_old(tmp_path)
+    clock = hub.room("lobby").clock
+    assert "hints" not in team.send("core/juno", ["spartan"], "alive?")
+    assert "hints" not in team.send("core/juno", ["spartan"], "still?")
+    clock.back = -700    # 11 minutes on, and spartan did nothing since its ping
+    r = team.send("core/juno", ["spartan"], "and now?")
+    assert r.get("hints", [""])[0].startswith("core/spartan looks dead"), r
+
+
 def test_the_mcp_send_answer_carries_the_hint(tmp_path):
     hub, _room = _room_an_hour_old(tmp_path)
 
