@@ -505,7 +505,7 @@ class Room:
                 break
             if c.author == agent:
                 continue
-            how = events.concerns(events.event(reader, c), agent, lead, caps)
+            how = events.concerns(events.event(reader, c, copy=False), agent, lead, caps)
             if how:
                 found.append(f"{c.oid}:{how}")
         if memo is not None and len(found) <= 500 and not (moving and found):

@@ -100,11 +100,12 @@ def _dependents(reader, c: CommitData, tid: str) -> list[str]:
 _MEMO: dict[str, dict] = {}
 
 
-def event(reader, c: CommitData) -> dict:
+def event(reader, c: CommitData, copy: bool = True) -> dict:
     """A commit as a plain dict, for the log and the notifier (a fresh copy:
-    callers add keys). A commit's meaning depends only on its content, so it is
-    worked out once per process: a waiter re-reads the same unread commits on
-    every wake-up."""
+    callers add keys; copy=False: the one kept, to read only, as whether it
+    concerns an agent is asked of every commit for every one watching). A
+    commit's meaning depends only on its content, so it is worked out once per
+    process: a waiter re-reads the same unread commits on every wake-up."""
     ev = _MEMO.get(c.oid) if c.oid else None
     if ev is None:
         ev = _event(reader, c)
@@ -112,7 +113,7 @@ def event(reader, c: CommitData) -> dict:
             if len(_MEMO) > 50000:
                 _MEMO.clear()
             _MEMO[c.oid] = ev
-    return dict(ev)
+    return dict(ev) if copy else ev
 
 
 def _event(reader, c: CommitData) -> dict:

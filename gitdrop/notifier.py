@@ -415,7 +415,7 @@ class Notifier:
             for c in reversed(commits):
                 if c.author == s.agent:
                     continue
-                ev = events.event(reader, c)  # worked out once per commit, then a copy
+                ev = events.event(reader, c, copy=False)  # worked out once per commit
                 how = "room" if s.every else events.concerns(ev, s.agent, lead, caps)
                 if how:
                     evs.append(dict(ev, via=how, room=room))
