@@ -266,7 +266,7 @@ class BaseStore:
         for t, payload in slots.take():
             try:
                 if view is None:   # one view of the tip for all: each reads agents of it
-                    view = self._shared_view(ref)
+                    view = self._view_at(ref.rpartition("/")[2], self.tip(ref))
                 taken.append((t, rebuild(self, ref, payload, view)))
             except GitdropError as e:
                 slots.pending([(t, combine.encode(e, ""))])
@@ -278,10 +278,10 @@ class BaseStore:
                 answered.append(t[0])
         return taken
 
-    def _shared_view(self, ref: str) -> RoomView:
-        """The room at `ref`'s tip, reusing what the last write's view parsed when
-        the files are the same (callers of a shared view read, never change)."""
-        room, tip = ref.rpartition("/")[2], self.tip(ref)
+    def _view_at(self, room: str, tip: str) -> RoomView:
+        """The room at `tip`, reusing what the last write's view read and parsed when
+        its files are the same (messages change none). Builds copy what they
+        change; the requests a turn rebuilds only read it."""
         if not tip:
             return RoomView(self.reader, None, "", room)
         tc = self.reader.commit(tip)
@@ -289,6 +289,7 @@ class BaseStore:
         last = self._last_view
         if last is not None and last[0] == (tc.tree, room):
             view._cache = last[1]
+        self._last_view = ((tc.tree, room), view._cache)
         return view
 
     def _answered(self, got, ref, synced):
@@ -349,19 +350,9 @@ class BaseStore:
     def _one(self, room, tip, build, author, now, check, w):
         """Build and check one operation on `tip`; write its objects (not the ref).
         Returns (new commit, or `tip` for an accepted no-op; result; op)."""
-        if tip:
-            if w is not None:
-                w.settle()   # `tip` may be the group's previous commit, not yet in files
-            tc = self.reader.commit(tip)
-            view = RoomView(self.reader, tc.tree, tip, room)
-            last = self._last_view
-            if last is not None and last[0] == (tc.tree, room):
-                # The same files as the last write's (messages change none): what was
-                # read and parsed of them holds. Builds copy what they change.
-                view._cache = last[1]
-            self._last_view = ((tc.tree, room), view._cache)
-        else:
-            view = RoomView(self.reader, None, "", room)
+        if tip and w is not None:
+            w.settle()   # `tip` may be the group's previous commit, not yet in files
+        view = self._view_at(room, tip)
         changes, message, result = build(view, tip)
         when = int(time.time()) if now is None else now
         proposed = CommitData("", None, [tip] if tip else [], author, "", when, message)
