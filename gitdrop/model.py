@@ -77,13 +77,14 @@ _NAMES: dict = {}   # name -> is_name: the same few names are checked many times
 
 
 def is_name(s: str) -> bool:
-    got = _NAMES.get(s) if isinstance(s, str) else None
+    if not isinstance(s, str) or len(s) > NAME_RE.longest:
+        return False   # and not remembered: a caller's megabyte of text stays theirs
+    got = _NAMES.get(s)
     if got is None:
-        got = bool(NAME_RE.match(s or ""))
-        if isinstance(s, str):
-            if len(_NAMES) > 50000:
-                _NAMES.clear()
-            _NAMES[s] = got
+        got = bool(NAME_RE.match(s))
+        if len(_NAMES) > 50000:
+            _NAMES.clear()
+        _NAMES[s] = got
     return got
 
 
@@ -144,9 +145,10 @@ def bucket(key) -> str:
     if got is None:
         import hashlib   # here: the hook's start-up does not pay for it when unused
         got = hashlib.sha1(key.encode()).hexdigest()[:2]
-        if len(_BUCKETS) > 50000:
-            _BUCKETS.clear()
-        _BUCKETS[key] = got
+        if len(key) <= KEY_RE.longest:   # a name or key, not whatever a caller sent
+            if len(_BUCKETS) > 50000:
+                _BUCKETS.clear()
+            _BUCKETS[key] = got
     return got
 
 

@@ -57,6 +57,20 @@ def test_a_long_name_is_told_its_length():
     assert "41 characters; the most is 40" in e.value.reason
 
 
+def test_long_made_up_names_are_refused_and_not_remembered(hub, team):
+    """Names are checked and bucketed many times a write, so their answers are
+    remembered; a caller's made-up names of any length must not be (an MCP server
+    would keep every megabyte it was sent)."""
+    before = tips(hub)
+    for k in range(50):
+        bogus = f"core/{k}" + "x" * 20000
+        with pytest.raises((Refusal, NotFound, UsageError)):
+            team.send("core/juno", bogus, "hello?")
+    assert tips(hub) == before
+    assert max(map(len, model._NAMES), default=0) <= 40
+    assert max(map(len, model._BUCKETS), default=0) <= 80
+
+
 @pytest.mark.parametrize("agent", attacks.BAD_AGENTS)
 def test_cli_register_refuses_bad_agents_and_writes_nothing(gd, hub, agent):
     before = tips(hub)
