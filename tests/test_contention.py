@@ -42,9 +42,10 @@ def _hub(tmp_path, writers):
     return h
 
 
-def _start(path, writers, n):
+def _start(path, writers, arg, script=WRITER):
+    """One process per writer running `script` (path, writer, `arg`), let go at once."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    ps = [subprocess.Popen([sys.executable, "-c", WRITER, path, w, str(n)], env=env,
+    ps = [subprocess.Popen([sys.executable, "-c", script, path, w, str(arg)], env=env,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
           for w in writers]
     for p in ps:
@@ -86,15 +87,7 @@ def test_where_a_writer_cannot_sleep_on_its_slot_it_waits_for_the_turn(tmp_path)
         atexit.register(lambda: print("answered", writequeue.STATS["answered"], flush=True))
     """))
     assert no_sleep != WRITER
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    ps = [subprocess.Popen([sys.executable, "-c", no_sleep, h.store.path, w, str(n)], env=env,
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-          for w in writers]
-    for p in ps:
-        assert p.stdout.readline().strip() == "ready"
-    for p in ps:
-        p.stdin.write("go\n")
-        p.stdin.flush()
+    ps = _start(h.store.path, writers, n, no_sleep)
     outs = [p.communicate(timeout=120)[0] for p in ps]
     assert all(p.returncode == 0 for p in ps), outs
     assert not [line for o in outs for line in o.splitlines() if line.startswith("refused")]
@@ -204,15 +197,7 @@ def test_a_turn_writes_for_those_waiting_and_each_gets_its_own_answer(tmp_path):
     h = _hub(tmp_path, writers)
     room = h.room("lobby")
     tasks = [room.create_task("load/sink", f"job {k}")["id"] for k in range(12)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    ps = [subprocess.Popen([sys.executable, "-c", CLAIMER, h.store.path, w, ",".join(tasks)],
-                           env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-          for w in writers]
-    for p in ps:
-        assert p.stdout.readline().strip() == "ready"
-    for p in ps:
-        p.stdin.write("go\n")
-        p.stdin.flush()
+    ps = _start(h.store.path, writers, ",".join(tasks), CLAIMER)
     outs = {w: json.loads(p.communicate(timeout=120)[0]) for w, p in zip(writers, ps)}
     assert sum(o["stats"]["carried"] for o in outs.values()) > 0   # turns did write for others
     assert sum(o["stats"]["answered"] for o in outs.values()) == \
