@@ -45,8 +45,13 @@ FREE, ASKED, TAKEN, PENDING, DONE = range(5)
 _HEAD = struct.Struct("<B3xIQQIq")   # state, owner pid, its start time, nonce, length, seq
 _WORD = SIZE - 4   # each slot's last 4 bytes: a counter its owner sleeps on (futex)
 _BODY = SIZE - _HEAD.size - 4
+MOST = _BODY   # the longest request a slot holds
 _OPEN: dict = {}
 _GUARD = threading.Lock()
+# Where another core sees one process's stores in the order they were made, an
+# asker may read its answer without the slots' lock (Slots.answer).
+_STORES_IN_ORDER = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_TORN = object()
 
 
 class Replayed(Exception):
@@ -116,10 +121,16 @@ class Slots:
 
     def _put(self, i: int, state: int, pid: int, start: int, nonce: int, body: bytes | None,
              seq: int = -1) -> None:
+        at = i * SIZE
         if body is not None:
-            self.map[i * SIZE + _HEAD.size: i * SIZE + _HEAD.size + len(body)] = body
-        _HEAD.pack_into(self.map, i * SIZE, state, pid, start, nonce,
-                        len(body) if body is not None else self._head(i)[4], seq)
+            self.map[at + _HEAD.size: at + _HEAD.size + len(body)] = body
+        head = _HEAD.pack(state, pid, start, nonce,
+                          len(body) if body is not None else self._head(i)[4], seq)
+        # The state byte last, by itself: an asker reads its slot without the lock
+        # once it says DONE (answer). pack_into zeroes the header before it fills
+        # it in, so an asker could see DONE beside a nonce and a seq of 0.
+        self.map[at + 1: at + _HEAD.size] = head[1:]
+        self.map[at] = state
 
     def _body(self, i: int) -> bytes:
         n = self._head(i)[4]
@@ -188,19 +199,30 @@ class Slots:
         ref moved, or None: nobody wrote it (or the holder was killed first), so
         write it yourself. The slot is freed in every case.
 
-        No lock: then nobody else changes this slot (a turn's holder only takes
-        ASKED ones, and the turn is ours or done with it; ask() only reuses a FREE
-        one, or a dead owner's), and freeing it is one byte, written last."""
+        No lock where the processor keeps stores in order (x86): then nobody else
+        changes this slot (a turn's holder only takes ASKED ones, and the turn is
+        ours or done with it; ask() only reuses a FREE one, or a dead owner's), the
+        holder writes the state byte after the rest (_put), and freeing it is one
+        byte, written last. What does not add up is read again under the lock."""
+        if _STORES_IN_ORDER:
+            got = self._answer_of(mine, False)
+            if got is not _TORN:
+                return got
+        with self._locked():   # as the holder wrote it, whatever the processor
+            return self._answer_of(mine, True)
+
+    def _answer_of(self, mine, locked: bool):
         i, nonce = mine
         state, _, _, n, _, seq = self._head(i)
         if n != nonce:   # not ours any more (cannot happen while we live)
-            return None
+            return None if locked else _TORN
         got = None
         if state in (DONE, PENDING):
             try:
                 got = ("done" if state == DONE else "pending", json.loads(self._body(i)), seq)
             except ValueError:
-                got = None
+                if not locked:
+                    return _TORN
         self.map[i * SIZE] = FREE
         return got
 
@@ -419,6 +441,8 @@ class Briefs:
         """Add to `known` ({commit id: brief}) the commits added since this process
         last looked, and note each author's newest entry, for walk_for."""
         n = _BCOUNT.unpack_from(self.map, 0)[0]
+        if n <= self.seen:   # nothing new (or a count read while add() rewrote it)
+            return
         for k in range(max(self.seen, n - _BRIEFS + 1), n):
             f = self._fields(k)
             if f is not None:

@@ -312,3 +312,50 @@ def test_what_other_writers_wrote_reaches_the_unread_check_through_their_briefs(
     except Refusal as e:
         assert e.rule == "unread-before-send" and "2 unread" in e.reason, e.reason
     assert mine <= set(h.store.reader.briefs)              # known from the briefs, not files
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from gitdrop import combine
+    slots = combine.Slots(sys.argv[1])
+    end = time.time() + float(sys.argv[2])
+    seq = 0
+    while time.time() < end:
+        taken = slots.take()
+        for t, body in taken:
+            seq += 1
+            slots.pending([(t, {"ok": [body.decode(), {}], "tip": "x"})])
+            slots.done([t], seq)
+""")
+
+
+def test_an_answer_read_without_the_lock_is_never_torn(tmp_path):
+    """An asker reads its DONE slot without the slots' lock while the holder may
+    still be writing the slot's header: it must never see a state without the
+    fields that go with it (a torn read made a writer redo a write another had
+    made: a message twice). The asker here spins on its slot, as a woken writer
+    does, at the moment the holder answers."""
+    from gitdrop import combine
+    path = str(tmp_path / "r.slots")
+    slots = combine.Slots(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, path, "8"])
+    try:
+        wrong, answered, last = [], 0, 0
+        end = time.time() + 4
+        while time.time() < end:
+            payload = f"request {answered}".encode()
+            mine = slots.ask(payload)
+            assert mine is not None
+            while slots.state(mine[0]) != combine.DONE:
+                pass
+            got = slots.answer(mine)
+            if got is None or got[1]["ok"][0] != payload.decode() or got[2] <= last:
+                wrong.append(got)
+            else:
+                last = got[2]
+            answered += 1
+        assert answered > 1000
+        assert not wrong, f"{len(wrong)} of {answered} answers read torn: {wrong[:3]}"
+    finally:
+        holder.kill()
+        holder.wait()
