@@ -8,7 +8,7 @@ import os
 import time
 
 from . import combine, deps, events, fmt, machine, model, rules, taskindex
-from .errors import Ambiguous, Conflict, NotFound, Refusal, UsageError
+from .errors import Ambiguous, Conflict, GitdropError, NotFound, Refusal, UsageError
 from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
@@ -52,12 +52,20 @@ _Replayed = combine.Replayed   # an operation with this idempotency key is in th
 _CALL: contextvars.ContextVar = contextvars.ContextVar("gitdrop_call", default=None)
 _CAPTURE: contextvars.ContextVar = contextvars.ContextVar("gitdrop_capture", default=False)
 _COMBINABLE: set = set()
+_PREPARED: set = set()
 
 
-def combinable(fn):
+def combinable(fn=None, prepared: bool = False):
     """Marks a verb that makes exactly one write, whose arguments are plain data
-    (JSON): the turn's holder can rebuild it from its name and arguments."""
+    (JSON): the turn's holder can rebuild it from its name and arguments.
+    `prepared`: its build reads the room's files alone (not its history), so
+    the caller builds it before it asks, on the tree it sees, and the holder
+    uses that while the tree is the same (see Room._prepare)."""
+    if fn is None:
+        return lambda f: combinable(f, prepared)
     _COMBINABLE.add(fn.__name__)
+    if prepared:
+        _PREPARED.add(fn.__name__)
 
     @functools.wraps(fn)
     def verb(self, *args, **kw):
@@ -80,9 +88,11 @@ def _rebuild(store, ref: str, payload: bytes, view=None):
     (combine.py): the verb is called again here with its arguments and stopped at
     its write. `view`: the room as the turn found it, read by every request of
     the turn before its write (the write itself builds on the tip as it is then)."""
-    name, verb, args, kw, now = json.loads(payload)
+    name, verb, args, kw, now, *made = json.loads(payload)
     if verb not in _COMBINABLE or store.room_ref(name) != ref:
         raise UsageError(f"{verb!r} in room {name!r} cannot be written here", "")
+    if made and verb in _PREPARED and _made_ok(made[0]):
+        return _from_made(store, ref, [name, verb, args, kw, now], made[0]), made[0][1], now
     room = Room(store, name, clock=lambda: now)
     room._at_hand = view
     token = _CAPTURE.set(True)
@@ -93,6 +103,31 @@ def _rebuild(store, ref: str, payload: bytes, view=None):
     finally:
         _CAPTURE.reset(token)
     raise RuntimeError(f"{verb} made no write")   # the asker writes it itself
+
+
+def _made_ok(made) -> bool:
+    """[tree, author, changes, message, result], as Room._prepare sends it."""
+    return isinstance(made, list) and len(made) == 5 and \
+        all(isinstance(x, str) for x in made[:2]) and isinstance(made[3], str) and \
+        isinstance(made[4], dict) and isinstance(made[2], dict) and \
+        all(isinstance(k, str) and (v is None or isinstance(v, str))
+            for k, v in made[2].items())
+
+
+def _from_made(store, ref: str, call: list, made: list):
+    """The build of a prepared request: what its caller built, while the room's
+    files are the ones it built on; else the verb again, on the view at hand (an
+    author it now resolves otherwise is not this request: its caller writes it)."""
+    tree, author, changes, message, result = made
+
+    def build(view, tip):
+        if view.tree == tree:
+            return changes, message, result
+        again, who, _ = _rebuild(store, ref, json.dumps(call).encode(), view)
+        if who != author:
+            raise RuntimeError("the author resolves otherwise now")
+        return again(view, tip)
+    return build
 
 
 class _Key(str):
@@ -168,8 +203,10 @@ class Room:
             if _CAPTURE.get():
                 raise _Captured(build, agent)
             try:
-                recipe = combine.Recipe(json.dumps([self.name, call[0], call[1], call[2], now])
-                                        .encode(), _rebuild)
+                payload = json.dumps([self.name, call[0], call[1], call[2], now]).encode()
+                if call[0] in _PREPARED and not key:
+                    build, payload = self._prepare(agent, build, payload)
+                recipe = combine.Recipe(payload, _rebuild)
             except (TypeError, ValueError):
                 recipe = None
         try:
@@ -179,6 +216,29 @@ class Room:
         if isinstance(result, dict):
             result.setdefault("commit", oid)
         return result
+
+    def _prepare(self, agent: str, build, payload: bytes):
+        """Build now, on the tip as this caller sees it, before asking for the
+        room's turn: inside the turn, every writer of the room waits for the
+        build; a message changes no file, so the tree is mostly still the same
+        then. Returns the build to write with (this one's output while the tree
+        is the same) and the request with it (the holder's side: _from_made)."""
+        tip = self.store.tip(self.ref)
+        if not tip:
+            return build, payload
+        view = self.store._view_at(self.name, tip)
+        try:
+            changes, message, result = build(view, tip)
+        except GitdropError:
+            return build, payload   # said again, by the write itself
+        tree, inner = view.tree, build
+
+        def prepared(v, t):
+            return (changes, message, result) if v.tree == tree else inner(v, t)
+        made = json.dumps([tree, agent, changes, message, result]).encode()
+        if len(payload) + len(made) + 1 > combine.MOST:
+            return prepared, payload
+        return prepared, payload[:-1] + b"," + made + b"]"
 
     @staticmethod
     def _keyed(key: str, op: str, *payload) -> "_Key | str":
@@ -295,7 +355,7 @@ class Room:
                     {"agent": target})
         return self._write(agent, build)
 
-    @combinable
+    @combinable(prepared=True)
     def _update_agent(self, agent, op, subject, **fields):
         agent = self.resolve(agent)
 
@@ -379,7 +439,7 @@ class Room:
         return acts, claimed
 
     # --- messages --------------------------------------------------------------
-    @combinable
+    @combinable(prepared=True)
     def send(self, agent: str, to, text: str, cc=(), task: str = "", reply_to: str = "",
              key: str = "") -> dict:
         agent = self.resolve(agent)
@@ -540,7 +600,7 @@ class Room:
         result["commit"] = self._mark_read(agent, new_cursor, n, len(shown) - n).get("commit", "")
         return result
 
-    @combinable
+    @combinable(prepared=True)
     def _mark_read(self, agent: str, cursor: str, messages: int, notices: int) -> dict:
         def build(v, tip):
             cur = v.agent(agent)

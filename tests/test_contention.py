@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
 import time
 
 from gitdrop import hub as hubmod
@@ -359,3 +361,59 @@ def test_an_answer_read_without_the_lock_is_never_torn(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def _request(room, verb, *args):
+    """The request a writer of `room` leaves in its slot for `verb`, as it would
+    (made but not written: the store's write is stopped at the ask)."""
+    from gitdrop import core
+
+    class Asked(Exception):
+        pass
+    got = []
+
+    def write(ref, build, agent, now=None, recipe=None, **kw):
+        got.append(recipe.payload)
+        raise Asked()
+    room.store.write = write
+    try:
+        getattr(room, verb)(*args)
+    except Asked:
+        pass
+    finally:
+        del room.store.write
+    return got[0], core
+
+
+def test_a_request_built_before_the_turn_is_built_again_once_the_room_changed(tmp_path):
+    """A writer builds its send before it asks for the turn, on the room as it
+    sees it; the holder writes that while the room's files are the same, and
+    otherwise calls the verb again on the room as it is (a name that has become
+    ambiguous, a sender who has left: the rules of the room now)."""
+    import json
+    from gitdrop import errors
+    h = _hub(tmp_path, ["a/ann", "a/bob"])
+    room = h.room("lobby")
+    store, ref = h.store, "refs/heads/rooms/lobby"
+    payload, core = _request(room, "send", "a/ann", "bob", "hello bob")
+    made = json.loads(payload)[5]
+    assert made[1] == "a/ann" and "hello bob" in made[3]
+    tip = store.tip(ref)
+    build, author, _ = core._rebuild(store, ref, payload, store.view("lobby"))
+    assert author == "a/ann"
+    changes, message, result = build(store._view_at("lobby", tip), tip)
+    assert (changes, message, result["to"]) == ({}, made[3], ["a/bob"])
+
+    room.register("b/bob")          # "bob" now names two agents
+    tip = store.tip(ref)
+    with pytest.raises(errors.Ambiguous):
+        build(store._view_at("lobby", tip), tip)
+
+    payload, _ = _request(room, "send", "a/ann", "a/bob", "still there?")
+    build, _, _ = core._rebuild(store, ref, payload, store.view("lobby"))
+    room.deregister("a/ann", "a/ann")   # the sender has left
+    tip = store.tip(ref)
+    with pytest.raises(errors.NotFound):
+        build(store._view_at("lobby", tip), tip)
+    # Written by its holder, a request whose build fails is answered with its error
+    # and leaves no commit (test_a_turn_writes_for_those_waiting_and_each_gets_its_own_answer).
