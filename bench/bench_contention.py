@@ -4,7 +4,8 @@ against one writer alone in the same run.
 Every send goes through the core as the CLI and the MCP server make it (a
 `Room.send`), durable (the hub's write-ahead log). Reported per setting: sends
 delivered (counted in the room's history afterwards) and refused, aggregate
-sends/s, latency p50/p99, and from inside the writers: lost compare-and-swaps
+sends/s, latency p50/p99, sends that landed twice (each send's text is unique in
+its run), and from inside the writers: lost compare-and-swaps
 (retries), time waiting for the room's turn, the share of sends written by
 another writer's turn (gitdrop.combine), and fdatasyncs per send (group commit:
 one flush serves the writers that came through meanwhile).
@@ -32,7 +33,7 @@ from gitdrop.errors import GitdropError  # noqa: E402
 ROOM = "contention"
 
 
-def writer(path: str, i: int, n: int, go, out) -> None:
+def writer(path: str, i: int, n: int, go, out, tag: str) -> None:
     room = hubmod.Hub(path).room(ROOM)
     me = f"load/w{i}"
     syncs = [0]
@@ -47,7 +48,7 @@ def writer(path: str, i: int, n: int, go, out) -> None:
     for k in range(n):
         t = time.perf_counter()
         try:
-            room.send(me, "load/sink", f"w{i} #{k}")
+            room.send(me, "load/sink", f"w{i} #{k} {tag}")
         except GitdropError as e:
             refused.append(f"{e.rule}: {e.reason}"[:200])
         lat.append(time.perf_counter() - t)
@@ -55,9 +56,10 @@ def writer(path: str, i: int, n: int, go, out) -> None:
 
 
 def run(path: str, procs: int, n: int) -> dict:
-    before = count(path)
+    before = tip(path)
+    tag = os.urandom(4).hex()   # this run's sends, told apart from the other runs'
     go, out = mp.Event(), mp.Queue()
-    ps = [mp.Process(target=writer, args=(path, i, n, go, out)) for i in range(procs)]
+    ps = [mp.Process(target=writer, args=(path, i, n, go, out, tag)) for i in range(procs)]
     for p in ps:
         p.start()
     time.sleep(0.3)   # every writer imported and opened the hub
@@ -70,7 +72,9 @@ def run(path: str, procs: int, n: int) -> dict:
     lat = sorted(x for g in got for x in g[0])
     refused = [r for g in got for r in g[1]]
     sends = procs * n
-    return {"procs": procs, "sends": sends, "landed": count(path) - before,
+    landed = subjects(path, before)
+    return {"procs": procs, "sends": sends, "landed": len(landed),
+            "doubled": len(landed) - len(set(landed)),
             "refused": len(refused), "why": refused[:3], "per_s": sends / elapsed,
             "p50": common.percentile(lat, 0.50), "p99": common.percentile(lat, 0.99),
             "retries": sum(g[3]["retries"] for g in got),
@@ -79,10 +83,17 @@ def run(path: str, procs: int, n: int) -> dict:
             "syncs": sum(g[2] for g in got) / sends}
 
 
-def count(path: str) -> int:
-    return int(subprocess.run(["git", "--git-dir", path, "rev-list", "--count",
-                               "--first-parent", f"refs/heads/rooms/{ROOM}"],
-                              capture_output=True, text=True, check=True).stdout)
+def tip(path: str) -> str:
+    return subprocess.run(["git", "--git-dir", path, "rev-parse", f"refs/heads/rooms/{ROOM}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def subjects(path: str, since: str) -> list[str]:
+    """The subject of every commit on the room since `since` (one per send landed:
+    one that landed twice is there twice)."""
+    return subprocess.run(["git", "--git-dir", path, "log", "--first-parent", "--format=%s",
+                           f"{since}..refs/heads/rooms/{ROOM}"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def main() -> None:
@@ -108,13 +119,14 @@ def main() -> None:
         for p in (settings if r % 2 == 0 else settings[::-1]):
             results[p].append(run(path, p, args.sends))
     base = common.median([x["per_s"] for x in results[settings[0]]])
-    print(f"\n{'writers':>7} {'sent':>6} {'landed':>6} {'refused':>7} {'sends/s':>8} "
+    print(f"\n{'writers':>7} {'sent':>6} {'landed':>6} {'doubled':>7} {'refused':>7} {'sends/s':>8} "
           f"{'× alone':>7} {'p50 ms':>7} {'p99 ms':>7} {'retries':>7} {'wait ms':>7} "
           f"{'carried':>7} {'syncs/send':>10}")
     for p in settings:
         rs = results[p]
         med = common.median([x["per_s"] for x in rs])
         print(f"{p:>7} {sum(x['sends'] for x in rs):>6} {sum(x['landed'] for x in rs):>6} "
+              f"{sum(x['doubled'] for x in rs):>7} "
               f"{sum(x['refused'] for x in rs):>7} {med:>8.0f} {med / base:>7.2f} "
               f"{common.median([x['p50'] for x in rs]) * 1e3:>7.2f} "
               f"{common.median([x['p99'] for x in rs]) * 1e3:>7.1f} "
@@ -124,8 +136,9 @@ def main() -> None:
               f"{common.median([x['syncs'] for x in rs]):>10.2f}")
         for why in sorted({w for x in rs for w in x["why"]}):
             print(f"        refused: {why}")
-    print(f"(sends/s and latencies: medians of {args.rounds} rounds; sent/landed/refused/"
-          "retries: totals; landed is counted in the room's history)")
+    print(f"(sends/s and latencies: medians of {args.rounds} rounds; sent/landed/doubled/refused/"
+          "retries: totals; landed is counted in the room's history, doubled: sends in it "
+          "twice)")
     common.leave(work)
 
 
