@@ -46,11 +46,82 @@ def _git_env() -> dict:
 
 
 class _Sub:
-    __slots__ = ("room", "agent", "callback", "base", "active", "every")
+    __slots__ = ("room", "agent", "callback", "group", "active", "every")
 
-    def __init__(self, room, agent, callback, base, every=False):
-        self.room, self.agent, self.callback, self.base = room, agent, callback, base
+    def __init__(self, room, agent, callback, every=False):
+        self.room, self.agent, self.callback = room, agent, callback
+        self.group: _Group | None = None   # the subscribers that last saw its tip
         self.active, self.every = True, every
+
+
+class _Group:
+    """The subscribers of a room that last saw the same tip (`base`), indexed by
+    what a commit names: an agent, a team, everyone. A scan moves a whole group
+    to the new tip at once, and asks only those a commit names how it concerns
+    them (events.concerns): a room of thousands watching pays per recipient, not
+    per watcher. Usually a room has one group."""
+
+    def __init__(self, base: str):
+        self.base, self.subs = base, set()
+        self.every: set = set()
+        self.by_agent: dict = {}    # agent -> {subscribers}
+        self.by_team: dict = {}     # team -> {subscribers}
+
+    def add(self, sub: _Sub) -> None:
+        sub.group = self
+        self.subs.add(sub)
+        if sub.every:
+            self.every.add(sub)
+            return
+        self.by_agent.setdefault(sub.agent, set()).add(sub)
+        self.by_team.setdefault(_team(sub.agent), set()).add(sub)
+
+    def remove(self, sub: _Sub) -> None:
+        self.subs.discard(sub)
+        self.every.discard(sub)
+        for index, key in ((self.by_agent, sub.agent), (self.by_team, _team(sub.agent))):
+            got = index.get(key)
+            if got is not None:
+                got.discard(sub)
+                if not got:
+                    del index[key]
+
+    def candidates(self, ev: dict, leads) -> list:
+        """The subscribers (not `every`) `ev` could concern; `leads()`: the room's
+        leads (a lead gets a copy of every message)."""
+        if ev["op"] == "send":
+            names, to_leads = list(ev["to"]) + list(ev["cc"]), True
+        else:
+            names = ev.get("for", [])
+            to_leads = events.LEADS in names
+        if any(n == model.ALL or n.startswith(events.ABLE) for n in names):
+            return [s for s in self.subs if not s.every]
+        out = set()
+        for n in names:
+            out.update(self.by_team.get(n[1:], ()) if n.startswith("@")
+                       else self.by_agent.get(n, ()))
+        if to_leads:
+            for agent in leads():
+                out.update(self.by_agent.get(agent, ()))
+        return list(out)
+
+
+class _Once:
+    """fn(arg), worked out on the first call (functools.cache's wrapper costs more
+    to make than a scan of thousands of watchers has to spend on each)."""
+    __slots__ = ("fn", "arg", "value", "known")
+
+    def __init__(self, fn, arg):
+        self.fn, self.arg, self.known = fn, arg, False
+
+    def __call__(self):
+        if not self.known:
+            self.value, self.known = self.fn(self.arg), True
+        return self.value
+
+
+def _team(agent: str) -> str:
+    return model.split_agent(agent)[0] if "/" in agent else ""
 
 
 class _RefHandler:
@@ -212,7 +283,7 @@ class Notifier:
             self.shown = self.store.path
         self.path = self.store.path
         self.git_dir = os.path.normpath(self.store.repo.path)
-        self._subs: dict[str, list[_Sub]] = {}
+        self._subs: dict[str, dict[str, _Group]] = {}   # room -> {base: group}
         self._lock = threading.RLock()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -237,16 +308,21 @@ class Notifier:
         with self._lock:
             if self.remote and room not in self._seen_remote:
                 self.sync([room])
-            sub = _Sub(room, agent_id, callback, self._tip(room), every)
-            self._subs.setdefault(room, []).append(sub)
+            sub = _Sub(room, agent_id, callback, every)
+            tip = self._tip(room)
+            groups = self._subs.setdefault(room, {})
+            groups.setdefault(tip, _Group(tip)).add(sub)
 
         def unsubscribe():
             with self._lock:
                 sub.active = False
-                subs = self._subs.get(room, [])
-                if sub in subs:
-                    subs.remove(sub)
-                if not subs:
+                groups = self._subs.get(room, {})
+                group = sub.group
+                if group is not None and groups.get(group.base) is group:
+                    group.remove(sub)
+                    if not group.subs:
+                        del groups[group.base]
+                if not groups:
                     self._subs.pop(room, None)
                     self._seen_remote.pop(room, None)  # no longer polled: forget its tip
         return unsubscribe
@@ -374,15 +450,15 @@ class Notifier:
                 raise failed
             return len(deliveries)
 
-    def _scan_room(self, room, subs):
+    def _scan_room(self, room, groups):
         reader = self.store.reader
         tip = self._tip(room)
         if not tip:  # archived, or read mid-rewrite of packed-refs: keep the bases
             return []
-        pending = [s for s in subs if s.base != tip]
+        pending = [g for base, g in groups.items() if base != tip]
         if not pending:
             return []
-        bases = {s.base for s in pending}
+        bases = {g.base for g in pending}
         walked, found = [], {}
         for c in first_parent_walk(reader, tip):
             if c.oid in bases:
@@ -396,33 +472,46 @@ class Notifier:
         # rewrites: it is asked only by an event that could reach it as a lead.
         view = []   # the tip's view, made on that first question
 
-        def is_lead(agent):
+        def tip_view():
             if not view:
                 view.append(self.store.view(room, tip))
-            return view[0].is_lead(agent)
+            return view[0]
+
+        def is_lead(agent):
+            return tip_view().is_lead(agent)
 
         def caps_of(agent):
-            if not view:
-                view.append(self.store.view(room, tip))
-            me = view[0].agent(agent)
+            me = tip_view().agent(agent)
             return me["caps"] if me else []
-        out = []
-        for s in pending:
-            commits = walked[:found.get(s.base, len(walked))]
-            lead = functools.cache(functools.partial(is_lead, s.agent))  # asked at most once
-            caps = functools.cache(functools.partial(caps_of, s.agent))
-            evs = []
-            for c in reversed(commits):
-                if c.author == s.agent:
-                    continue
+        leads = functools.cache(lambda: set(tip_view().room.get("leads", {}).values()))
+        got, asks = {}, {}   # asks: per subscriber, is_lead and caps_of, each asked once
+        for g in pending:
+            for c in reversed(walked[:found.get(g.base, len(walked))]):
                 ev = events.event(reader, c, copy=False)  # worked out once per commit
-                how = "room" if s.every else events.concerns(ev, s.agent, lead, caps)
-                if how:
-                    evs.append(dict(ev, via=how, room=room))
-            out.append((s, evs))
-        for s in pending:  # only once all is worked out: a failure retries, loses nothing
-            s.base = tip
-        return [(s, evs) for s, evs in out if evs]
+                for s in g.every:
+                    if c.author != s.agent:
+                        got.setdefault(s, []).append(dict(ev, via="room", room=room))
+                for s in g.candidates(ev, leads):
+                    if c.author == s.agent:
+                        continue
+                    if s not in asks:
+                        asks[s] = (_Once(is_lead, s.agent), _Once(caps_of, s.agent))
+                    how = events.concerns(ev, s.agent, *asks[s])
+                    if how:
+                        got.setdefault(s, []).append(dict(ev, via=how, room=room))
+        # Only once all is worked out (a failure retries, loses nothing): each group
+        # has now seen the tip, joining the one already there, if any.
+        for g in pending:
+            del groups[g.base]
+            there = groups.get(tip)
+            if there is None:
+                g.base, groups[tip] = tip, g
+            else:
+                small, big = sorted((g, there), key=lambda x: len(x.subs))
+                for s in list(small.subs):
+                    big.add(s)
+                big.base, groups[tip] = tip, big
+        return list(got.items())
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:

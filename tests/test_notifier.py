@@ -528,3 +528,70 @@ def test_on_an_event_loop_the_loop_reads_and_scans(tmp_path):
         return threading.get_ident()
     loop_thread = asyncio.run(main())
     assert threads == {loop_thread}
+
+
+def test_each_watcher_gets_what_concerns_it_and_nothing_else(hub, team):
+    """Many watchers of one room: every one is handed exactly the events that
+    concern it (events.concerns, asked of each commit for each watcher), in
+    order, though the notifier asks only those a commit names; watchers that
+    last saw different tips each get theirs."""
+    from gitdrop import events
+    from gitdrop.view import first_parent_walk
+    room = team
+    for a in ("ops/ann", "ops/bo", "qa/cy", "qa/dee"):
+        room.register(a, ["lead"] if a == "ops/ann" else ["coder"],
+                      caps=["python"] if a in ("qa/cy", "ops/bo") else None)
+    everyone = ["core/juno", "core/spartan", "core/kai", "ops/ann", "ops/bo", "qa/cy",
+                "qa/dee"]
+    n = Notifier(hub.path)
+    got = {}
+
+    def watch(agent, every=False):
+        key = (agent, every)
+        got[key] = []
+        n.subscribe("lobby", agent, lambda evs: got[key].extend(
+            (e["id"], e["via"]) for e in evs), every=every)
+    for a in everyone[:4]:
+        watch(a)
+    watch("qa/dee", every=True)
+
+    def say(sender, to, text, **kw):
+        room.inbox(sender)   # unread-before-send
+        room.send(sender, to, text, **kw)
+    base_early = hub.store.tip("refs/heads/rooms/lobby")
+    say("core/kai", "core/spartan", "direct", cc=["ops/bo"])
+    say("ops/bo", "@core", "to a team")
+    for a in everyone[4:]:
+        watch(a)             # these last saw a later tip
+    base_late = hub.store.tip("refs/heads/rooms/lobby")
+    say("qa/cy", "all", "to everyone")
+    say("core/spartan", "qa/dee", "to one of qa", cc=["qa/cy"])
+    room.create_task("core/juno", "for someone able", requires=["python"])
+    room.create_task("core/juno", "for kai", assignee="core/kai")
+    say("ops/ann", "ops/bo", "lead to one")
+    n.scan()
+    tip = hub.store.tip("refs/heads/rooms/lobby")
+    view, reader = hub.store.view("lobby"), hub.store.reader
+
+    def expected(agent, since, every=False):
+        out, commits = [], []
+        for c in first_parent_walk(reader, tip):
+            if c.oid == since:
+                break
+            commits.append(c)
+        for c in reversed(commits):
+            if c.author == agent:
+                continue
+            me = view.agent(agent)
+            how = "room" if every else events.concerns(
+                events.event(reader, c), agent, view.is_lead(agent), me["caps"])
+            if how:
+                out.append((c.oid, how))
+        return out
+    for (agent, every), evs in got.items():
+        since = base_early if agent in everyone[:4] or every else base_late
+        assert evs == expected(agent, since, every), agent
+    # the cases are all there: a copy to a lead, a team, all, cc, a notice by caps
+    hows = {how for evs in got.values() for _, how in evs}
+    assert {"to", "cc", "team", "all", "lead", "notice", "room"} <= hows, hows
+    assert n.scan() == 0
