@@ -6,6 +6,7 @@ how many more there are. The room is built with git fast-import, as
 tests/test_bigroom.py builds its own."""
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -100,6 +101,8 @@ def test_list_tasks_pages_through_10000_tasks_over_mcp(huge):
                 offset += len(page["tasks"])
                 assert len(pages) < 10, "more never reached 0"
             got["rare"] = pages
+            board = await a.client.read_resource("gitdrop://tasks")
+            got["board"] = board.contents[0].text
             return got
     got = anyio.run(session)
 
@@ -122,6 +125,10 @@ def test_list_tasks_pages_through_10000_tasks_over_mcp(huge):
     assert [len(p["tasks"]) for p in got["rare"]] == [50] * 6 and len(rare) == 300
     assert [i for p in got["rare"] for i in ids(p)] == [str(t["id"]) for t in rare]
     assert [p["more"] for p in got["rare"]] == [250, 200, 150, 100, 50, 0]
+    # the board resource is the first page too: its size does not grow with the room
+    board = json.loads(got["board"])
+    assert ids(board) == want[:50] and board["more"] == first["more"]
+    assert len(got["board"].encode()) < 64_000
     # ready pages the same way, best first
     assert [i for p in got["ready"] for i in ids(p)] == [str(t["id"]) for t in ready[:100]]
     assert got["ready"][1]["more"] == len(ready) - 100 > 1000

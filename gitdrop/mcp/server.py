@@ -587,7 +587,8 @@ def build(hub_path: str, room: str, agent: str | None = None, transport: str = "
         return box.inbox_resource(team, name)
 
     @server.resource("gitdrop://tasks", name="board", mime_type="application/json",
-                     description="The room's open tasks by priority.")
+                     description="The room's open tasks by priority, 50 of them "
+                                 "(more: how many follow; list_tasks pages on).")
     @_resource
     def board() -> str:
         return box.board_resource()
