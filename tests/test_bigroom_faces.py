@@ -226,3 +226,25 @@ def test_the_web_board_of_10000_agents_answers_in_under_a_second(huge):
     # an agent's page by its short name: the one agent read, with the task it holds
     assert "<h1>Agent core/a5000" in got["/r/huge/a/a5000"] and "task 4" in \
         got["/r/huge/a/a5000"]
+
+
+@pytest.mark.xdist_group(GROUP)
+def test_the_dependency_graph_of_10000_tasks_draws_what_a_person_can_read(huge):
+    """The web's dependency graph draws at most charts.GRAPH_MOST tasks (those in a
+    dependency first, then open ones) and says how many it left out: all 10,000
+    made a picture of 3 MB, 500,000 pixels tall."""
+    from gitdrop.web import charts
+    server = Server(huge.path, notifier=False)
+    try:
+        with server.client() as c:
+            res = c.get("/r/huge/charts/graph.svg")
+    finally:
+        server.stop()
+    assert res.status_code == 200
+    svg = res.text
+    assert svg.count('class="node"') == charts.GRAPH_MOST
+    assert f"… {TASKS - charts.GRAPH_MOST} more tasks not drawn" in svg
+    assert len(svg.encode()) < 200_000
+    drawn = re.findall(r'data-task="(\d+)"', svg)
+    states = {t["id"]: t["state"] for t in huge.room("huge").list_tasks(include_done=True)}
+    assert all(states[i] not in ("completed", "cancelled") for i in drawn)   # no edges here

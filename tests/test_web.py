@@ -313,3 +313,15 @@ def test_the_cli_serves_and_stops_on_ctrl_c(hub, tmp_path):
         out, err = p.communicate(timeout=10)
     assert p.returncode == 0, err
     assert f"http://127.0.0.1:{port}/" in err
+
+
+def test_a_big_dependency_graph_draws_the_linked_and_open_tasks_first():
+    from gitdrop.web import charts
+    nodes = [{"id": str(i), "title": f"t{i}", "state": s} for i, s in enumerate(
+        ["completed", "pending", "completed", "in_progress", "pending", "pending"])]
+    g = {"nodes": nodes, "edges": [["2", "0"], ["5", "2"]]}   # 5 waits on 2, 2 on 0
+    svg = charts.graph_svg(g, "/r/x", most=4)
+    drawn = re.findall(r'data-task="(\d+)"', svg)
+    assert sorted(drawn) == ["0", "1", "2", "5"]   # the linked ones, then an open one
+    assert svg.count('class="edge"') == 2 and "… 2 more tasks not drawn" in svg
+    assert "more tasks not drawn" not in charts.graph_svg(g, "/r/x")

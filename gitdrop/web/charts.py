@@ -3,7 +3,8 @@
 `flow(events, headers)`: the cumulative flow of task states over time, one
 stacked band per state, replayed from the task commits. `activity(events)`: each
 agent's commits per time bucket. `graph_svg(g)`: the dependency graph of
-deps.graph in layers (a task sits right of everything it waits on). Everything
+deps.graph in layers (a task sits right of everything it waits on), at most
+GRAPH_MOST tasks of it. Everything
 taken from the repository is escaped.
 """
 
@@ -176,7 +177,25 @@ def layers(g: dict) -> dict:
     return depth
 
 
-def graph_svg(g: dict, base: str = "") -> str:
+GRAPH_MOST = 200   # tasks drawn: a room of 10,000 drew a picture 500,000 pixels tall
+
+
+def _drawn(g: dict, most: int) -> tuple[dict, int]:
+    """The part of `g` worth drawing, and how many tasks were left out: tasks in
+    a dependency first, then the open ones, at most `most`."""
+    if len(g["nodes"]) <= most:
+        return g, 0
+    linked = {x for e in g["edges"] for x in e}
+    keep = [n for n in g["nodes"] if n["id"] in linked][:most]
+    keep += [n for n in g["nodes"] if n["id"] not in linked
+             and n["state"] not in machine.TERMINAL][:most - len(keep)]
+    ids = {n["id"] for n in keep}
+    return ({"nodes": keep, "edges": [[t, d] for t, d in g["edges"] if t in ids and d in ids]},
+            len(g["nodes"]) - len(keep))
+
+
+def graph_svg(g: dict, base: str = "", most: int = GRAPH_MOST) -> str:
+    g, left = _drawn(g, most)
     depth = layers(g)
     cols: dict[int, list[dict]] = {}
     for n in g["nodes"]:
@@ -210,4 +229,9 @@ def graph_svg(g: dict, base: str = "") -> str:
                      f'<title>{escape(n["title"])}</title></g></a>')
     if not g["nodes"]:
         parts.append('<text x="10" y="24" font-size="11">no tasks</text>')
+    if left:
+        h += 24
+        parts.append(f'<text x="10" y="{h - 10}" font-size="11">… {left} more tasks not '
+                     'drawn (those in a dependency come first, then open ones): the task '
+                     'list has them all</text>')
     return _svg(w, h, "".join(parts), "dependency graph")
