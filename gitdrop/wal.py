@@ -38,7 +38,7 @@ _HEAD = struct.Struct("<8sQ36sQ")     # magic, lap, boot id, size (durable; crc 
 _HINT_AT = 512                        # tail, next seq: hints, rebuilt by a replay
 _HINT = struct.Struct("<QQ")
 _SYNCED_AT = 528                      # every record below this seq is durable: a hint
-_SYNCED = struct.Struct("<Q")
+_SYNCED = struct.Struct("<QI")        # and a crc32 of it: read without a lock (_synced)
 _REC = struct.Struct("<4sQQII")       # magic, lap, seq, payload length, crc32
 REC_MAGIC = b"GDR1"
 ZERO = "0" * 40
@@ -116,6 +116,11 @@ def create(git_dir: str, size: int = DEFAULT_SIZE) -> None:
     finally:
         os.unlink(tmp)
     fsync_path(os.path.dirname(path))
+
+
+def _synced_mark(seq: int) -> bytes:
+    value = struct.pack("<Q", seq)
+    return value + struct.pack("<I", zlib.crc32(value))
 
 
 def _header(lap: int, boot: str, size: int) -> bytes:
@@ -264,7 +269,7 @@ class Log:
         os.pwrite(self.fd, _header(lap, boot_id(), size), 0)
         os.fdatasync(self.fd)
         os.pwrite(self.fd, _HINT.pack(HEADER, seq), _HINT_AT)
-        os.pwrite(self.fd, _SYNCED.pack(seq), _SYNCED_AT)
+        os.pwrite(self.fd, _synced_mark(seq), _SYNCED_AT)
 
     def _lock(self) -> None:
         # flock excludes other processes only (threads share this descriptor).
@@ -437,18 +442,27 @@ class Log:
             try:
                 if self._synced() > seq:
                     return
-                written = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))[1]
+                self._lock()   # the writers' hint, whole: never a seq not yet written
+                try:
+                    written = _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))[1]
+                finally:
+                    self._unlock()
                 os.fdatasync(self.fd)
                 if written > self._synced():
-                    os.pwrite(self.fd, _SYNCED.pack(written), _SYNCED_AT)
+                    os.pwrite(self.fd, _synced_mark(written), _SYNCED_AT)
             finally:
                 fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
         finally:
             self._syncing.release()
 
     def _synced(self) -> int:
+        """The durable mark, or 0 (sync again) if it does not check: read while
+        another process rewrote it, or written without its crc (an older gitdrop)."""
         raw = os.pread(self.fd, _SYNCED.size, _SYNCED_AT)
-        return _SYNCED.unpack(raw)[0] if len(raw) == _SYNCED.size else 0
+        if len(raw) != _SYNCED.size:
+            return 0
+        value, crc = _SYNCED.unpack(raw)
+        return value if crc == zlib.crc32(raw[:8]) else 0
 
     def _write(self, payload: bytes, sync: bool = True) -> tuple[int, int]:
         """Write one record after the last and sync it (the caller holds the lock),

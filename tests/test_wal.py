@@ -191,6 +191,35 @@ def test_group_commit_syncs_after_the_turn_and_objects_come_first(tmp_path, monk
     _fsck(path)
 
 
+def test_a_durable_mark_that_does_not_check_is_synced_again(tmp_path, monkeypatch):
+    """The mark saying which records are durable is read without a lock; one read
+    while another process rewrote it (or written by an older gitdrop, without its
+    crc) must not let a write skip its sync: it reads as nothing synced."""
+    import struct
+    path = str(tmp_path / "hub.git")
+    h = hubmod.init(path, room="")
+    h.create_room("hub/admin", "r", open_=True)
+    r = h.room("r")
+    r.register("t/ann")
+    log = wal.for_hub(path)
+    seq = log.records()[0][-1][0]
+    log.sync_through(seq)
+    assert log._synced() > seq
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    log.sync_through(seq)
+    assert syncs == []                        # a mark that checks: no sync needed
+    good = os.pread(log.fd, 12, wal._SYNCED_AT)
+    for torn in (struct.pack("<Q", 1 << 40) + good[8:],     # a value it never had
+                 struct.pack("<Q", seq + 5) + b"\0" * 4):   # an older gitdrop's mark
+        os.pwrite(log.fd, torn, wal._SYNCED_AT)
+        assert log._synced() == 0
+        log.sync_through(seq)
+        assert len(syncs) == 1 and log._synced() == seq + 1  # synced, marked truly
+        syncs.clear()
+
+
 @pytest.mark.parametrize("files", ["whole", "blob lost", "commit lost"])
 def test_a_ref_moved_before_its_record_was_synced_is_kept_only_if_whole(tmp_path, files):
     """Group commit moves a ref a moment before its record is synced. A crash in
