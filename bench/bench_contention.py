@@ -7,8 +7,9 @@ delivered (counted in the room's history afterwards) and refused, aggregate
 sends/s, latency p50/p99, sends that landed twice (each send's text is unique in
 its run), and from inside the writers: lost compare-and-swaps
 (retries), time waiting for the room's turn, the share of sends written by
-another writer's turn (gitdrop.combine), and fdatasyncs per send (group commit:
-one flush serves the writers that came through meanwhile).
+another writer's turn (gitdrop.combine), fdatasyncs per send (group commit:
+one flush serves the writers that came through meanwhile), and the writers' CPU
+per send and in all (cores: their CPU seconds per second of the run).
 
     python bench/bench_contention.py                    # 8 processes × 1,000 sends
     python bench/bench_contention.py --procs 1,2,4,8 --sends 500 --rounds 3
@@ -45,6 +46,7 @@ def writer(path: str, i: int, n: int, go, out, tag: str) -> None:
     os.fdatasync = counted
     lat, refused = [], []
     go.wait()
+    cpu = time.process_time()
     for k in range(n):
         t = time.perf_counter()
         try:
@@ -52,7 +54,7 @@ def writer(path: str, i: int, n: int, go, out, tag: str) -> None:
         except GitdropError as e:
             refused.append(f"{e.rule}: {e.reason}"[:200])
         lat.append(time.perf_counter() - t)
-    out.put((lat, refused, syncs[0], dict(writequeue.STATS)))
+    out.put((lat, refused, syncs[0], dict(writequeue.STATS, cpu=time.process_time() - cpu)))
 
 
 def run(path: str, procs: int, n: int) -> dict:
@@ -80,7 +82,9 @@ def run(path: str, procs: int, n: int) -> dict:
             "retries": sum(g[3]["retries"] for g in got),
             "wait": sum(g[3]["waited"] for g in got) / sends,
             "carried": sum(g[3]["carried"] for g in got) / sends,
-            "syncs": sum(g[2] for g in got) / sends}
+            "syncs": sum(g[2] for g in got) / sends,
+            "cpu": sum(g[3]["cpu"] for g in got) / sends,
+            "cores": sum(g[3]["cpu"] for g in got) / elapsed}
 
 
 def tip(path: str) -> str:
@@ -121,7 +125,7 @@ def main() -> None:
     base = common.median([x["per_s"] for x in results[settings[0]]])
     print(f"\n{'writers':>7} {'sent':>6} {'landed':>6} {'doubled':>7} {'refused':>7} {'sends/s':>8} "
           f"{'× alone':>7} {'p50 ms':>7} {'p99 ms':>7} {'retries':>7} {'wait ms':>7} "
-          f"{'carried':>7} {'syncs/send':>10}")
+          f"{'carried':>7} {'syncs/send':>10} {'CPU ms/send':>11} {'cores':>5}")
     for p in settings:
         rs = results[p]
         med = common.median([x["per_s"] for x in rs])
@@ -133,7 +137,9 @@ def main() -> None:
               f"{sum(x['retries'] for x in rs):>7} "
               f"{common.median([x['wait'] for x in rs]) * 1e3:>7.2f} "
               f"{common.median([x['carried'] for x in rs]):>7.0%} "
-              f"{common.median([x['syncs'] for x in rs]):>10.2f}")
+              f"{common.median([x['syncs'] for x in rs]):>10.2f} "
+              f"{common.median([x['cpu'] for x in rs]) * 1e3:>11.2f} "
+              f"{common.median([x['cores'] for x in rs]):>5.2f}")
         for why in sorted({w for x in rs for w in x["why"]}):
             print(f"        refused: {why}")
     print(f"(sends/s and latencies: medians of {args.rounds} rounds; sent/landed/doubled/refused/"
