@@ -121,7 +121,7 @@ class _Once:
 
 
 def _team(agent: str) -> str:
-    return model.split_agent(agent)[0] if "/" in agent else ""
+    return model.split_agent(agent)[0]   # as rules.reaches reads "@team"
 
 
 class _RefHandler:
