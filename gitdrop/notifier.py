@@ -435,9 +435,9 @@ class Notifier:
         with self._lock:
             self.scans += 1
             deliveries, failed = [], None
-            for room, subs in list(self._subs.items()):
+            for room, groups in list(self._subs.items()):
                 try:
-                    deliveries += self._scan_room(room, subs)
+                    deliveries += self._scan_room(room, groups)
                 except Exception as e:  # that room keeps its bases; the others go on
                     failed = e
             for sub, evs in deliveries:
