@@ -149,10 +149,8 @@ def main() -> None:
     ap.add_argument("--dir", default="", help="where the hubs go (kept)")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split(":")) for s in args.sizes.split(",")]
-    work = args.dir or common.workdir("board-")
-    os.makedirs(work, exist_ok=True)
-    common.header("gitdrop board: first frame and live redraw, 10,000 tasks and 100 agents "
-                  "against 100 and 10", work)
+    work = common.begin(args.dir, "board-", "gitdrop board: first frame and live redraw, "
+                        "10,000 tasks and 100 agents against 100 and 10")
 
     hubs = {}
     for n, a in sizes:

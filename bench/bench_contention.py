@@ -107,9 +107,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
-    work = args.dir or common.workdir("contention-")
-    os.makedirs(work, exist_ok=True)
-    common.header("writers contending for one room: N processes against one alone", work)
+    work = common.begin(args.dir, "contention-",
+                        "writers contending for one room: N processes against one alone")
     path = os.path.join(work, "hub.git")
     h = hubmod.init(path, room="")
     h.create_room("hub/admin", ROOM, open_=True, settings={"loop_cap": 0})

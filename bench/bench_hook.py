@@ -80,9 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default="")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args(argv)
-    work = a.dir or common.workdir("hook-")
-    os.makedirs(work, exist_ok=True)
-    common.header("gitdrop hook: git push of one task file, with and without the hook", work)
+    work = common.begin(a.dir, "hook-",
+                        "gitdrop hook: git push of one task file, with and without the hook")
     try:
         hub_dir = os.path.join(work, "hub.git")
         floor_dir = os.path.join(work, "floor.git")

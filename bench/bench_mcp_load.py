@@ -176,11 +176,10 @@ def main() -> None:
                     help="seconds each agent waits between calls, on average (0: none)")
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
-    work = args.dir or common.workdir("mcpload-")
-    os.makedirs(work, exist_ok=True)
-    common.header(f"{args.agents} agents x {args.messages} messages through one MCP "
-                  "server over HTTP" + (f", {args.think} s between calls" if args.think
-                                        else ", no wait between calls"), work)
+    work = common.begin(args.dir, "mcpload-", f"{args.agents} agents x {args.messages} "
+                        "messages through one MCP server over HTTP"
+                        + (f", {args.think} s between calls" if args.think
+                           else ", no wait between calls"))
     path = os.path.join(work, "hub.git")
     h = hubmod.init(path, room="")
     h.create_room("hub/admin", ROOM, open_=True, settings={"loop_cap": 0})

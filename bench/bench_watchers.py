@@ -63,9 +63,8 @@ def main() -> None:
     ap.add_argument("--sends", type=int, default=200)
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
-    work = args.dir or common.workdir("watchers-")
-    os.makedirs(work, exist_ok=True)
-    common.header("one process watching W agents of a room: a scan per new commit", work)
+    work = common.begin(args.dir, "watchers-",
+                        "one process watching W agents of a room: a scan per new commit")
     sizes = [int(x) for x in args.watchers.split(",")]
     results = {w: measure(work, w, args.sends) for w in sizes}
     base = common.median(results[sizes[0]]["one"])

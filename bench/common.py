@@ -185,6 +185,15 @@ def environment(workdir: str) -> str:
             f"{os.cpu_count()} cpu, load {load}, {fs_type(workdir)}")
 
 
+def begin(given: str, prefix: str, title: str) -> str:
+    """A run's work directory (`--dir`, made if need be, or a fresh one) after its
+    header is printed."""
+    work = given or workdir(prefix)
+    os.makedirs(work, exist_ok=True)
+    header(title, work)
+    return work
+
+
 def header(title: str, workdir: str) -> None:
     print(f"# {title}")
     print(f"command: {command()}")
