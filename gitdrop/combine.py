@@ -115,6 +115,7 @@ class Slots:
             os.ftruncate(self.fd, SLOTS * SIZE)   # only ever grows to this: idempotent
         self.map = mmap.mmap(self.fd, SLOTS * SIZE)
         self._words = None
+        self._threads = threading.Lock()
 
     def _head(self, i: int) -> list:
         return list(_HEAD.unpack_from(self.map, i * SIZE))
@@ -137,7 +138,7 @@ class Slots:
         return bytes(self.map[i * SIZE + _HEAD.size: i * SIZE + _HEAD.size + n])
 
     def _locked(self):
-        return _FileLock(self.fd)
+        return _FileLock(self.fd, self._threads)
 
     # --- sleeping on a slot (Linux futex on the shared mapping) ----------------
     def word(self, i: int) -> int:
@@ -275,14 +276,26 @@ class Slots:
 
 
 class _FileLock:
-    def __init__(self, fd):
-        self.fd = fd
+    """The slots' lock: flock for the other processes, and a thread lock first,
+    since flock does not tell one process's threads apart (a worker renews its
+    task's lease from a thread while it writes from another)."""
+
+    def __init__(self, fd, threads):
+        self.fd, self.threads = fd, threads
 
     def __enter__(self):
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.threads.acquire()
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.threads.release()
+            raise
 
     def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            self.threads.release()
         return False
 
 

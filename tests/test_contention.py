@@ -417,3 +417,36 @@ def test_a_request_built_before_the_turn_is_built_again_once_the_room_changed(tm
         build(store._view_at("lobby", tip), tip)
     # Written by its holder, a request whose build fails is answered with its error
     # and leaves no commit (test_a_turn_writes_for_those_waiting_and_each_gets_its_own_answer).
+
+
+def test_two_threads_of_one_process_never_get_the_same_slot(tmp_path, monkeypatch):
+    """flock does not tell one process's threads apart (a worker renews its lease
+    from a thread while it writes from another): two threads asking at once must
+    each get a slot of their own, holding their own request."""
+    import threading
+    from gitdrop import combine
+    slots = combine.Slots(str(tmp_path / "r.slots"))
+    real = combine.Slots._states
+
+    def slow(self):   # the other thread runs between the look and the claim
+        got = real(self)
+        time.sleep(0.0005)
+        return got
+    monkeypatch.setattr(combine.Slots, "_states", slow)
+    both, shared = threading.Barrier(2), []
+
+    def ask(k):
+        for n in range(50):
+            both.wait()
+            mine = slots.ask(f"{k} {n}".encode())
+            both.wait()
+            shared.append(slots._head(mine[0])[3] == mine[1]
+                          and slots._body(mine[0]) == f"{k} {n}".encode())
+            both.wait()
+            slots.answer(mine)   # frees it
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(shared) == 100 and all(shared), shared.count(False)
