@@ -69,6 +69,34 @@ def test_help_shows_metavars_not_python_types(gd):
     assert "[stdio|http]" in gd.ok("serve", "--help", env={"COLUMNS": "200"}).out
 
 
+def test_a_command_list_shows_each_summary_whole(gd):
+    """A listed command's summary is its help's first paragraph on one line (where
+    the page is wide enough): docstrings wrapped at 90 columns broke mid-sentence."""
+    import click
+    import inspect
+    from gitdrop.cli.main import app
+    import typer
+    top = typer.main.get_command(app)
+    ctx = click.Context(top)
+    groups = [((), top)] + [((name,), top.get_command(ctx, name)) for name in GROUPS]
+    pages = [args + ("--help",) for args, _ in groups]
+    p = subprocess.run([sys.executable, "-c", PAGES, json.dumps(pages)], capture_output=True,
+                       text=True, env=dict(gd.env, COLUMNS="200"), stdin=subprocess.DEVNULL,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    checked = 0
+    for (args, group), out in zip(groups, json.loads(p.stdout), strict=True):
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            first = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
+            if not first or len(first) > 150:
+                continue
+            row = next(x for x in out.splitlines() if re.match(rf"│ {name} ", x))
+            assert first in " ".join(row.split()), (args, name, row)
+            checked += 1
+    assert checked > 40
+
+
 def test_a_mistyped_command_is_answered_with_the_closest(gd):
     r = gd("inbx")
     assert r.rc == 2 and "No such command 'inbx'. Did you mean 'inbox'?" in r.err, r

@@ -142,6 +142,12 @@ class PlainGroup(TyperGroup):
 
     def format_help(self, ctx, formatter):
         _help_colour()
+        # Typer's rich help lists a command by its help's first paragraph with its
+        # line breaks kept: a docstring wrapped at 90 columns broke mid-sentence.
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.short_help and cmd.help:
+                cmd.short_help = " ".join(inspect.cleandoc(cmd.help).split("\n\n")[0].split())
         return super().format_help(ctx, formatter)
 
 
