@@ -30,6 +30,22 @@ def _subject_text(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def count_arg(what: str, value, least: int = 0) -> int:
+    """A whole number of at least `least` given for `what` (a count, an offset,
+    seconds), or a UsageError: a negative count read as "all but the last" or
+    "nothing yet", and a negative time as a moment already past."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{what} must be a whole number, not {str(value)[:40]!r}",
+                             f"give {what} as a number of at least {least}") from None
+    if value < least:
+        raise UsageError(f"{what} must be at least {least}, not {value}",
+                         f"give {what} as a number of at least {least}")
+    return value
+
+
 def _ago(seconds: int) -> str:
     return (f"{seconds} s" if seconds < 120 else f"{seconds // 60} min" if seconds < 7200
             else f"{seconds // 3600} h" if seconds < 172800 else f"{seconds // 86400} days")
@@ -388,6 +404,7 @@ class Room:
         these agents alone (those registered). Only the page's agent files are
         read, and the walk for last acts goes at most `walk` commits back (past it,
         an agent's last act is its file's last_seen)."""
+        offset, limit = count_arg("offset", offset), count_arg("limit", limit)
         view, now = self.view(), self.clock()
         ids = view.agent_ids()
         if only is not None:
@@ -510,6 +527,7 @@ class Room:
         """`agent`'s last `n` messages (or just `message`, a commit id), newest first, each
         with its recipients and whether each has read it (its read cursor is at or past
         the message). Agents that joined after a message are not counted."""
+        n = count_arg("n", n)
         agent = self.resolve(agent)
         view, reader = self.view(), self.store.reader
         want = self.store.resolve(message) if message else ""
@@ -581,6 +599,7 @@ class Room:
 
     def inbox(self, agent: str, limit: int = 20, peek: bool = False) -> dict:
         """Unread messages and notices, oldest first; marks what it returns as read."""
+        limit = count_arg("limit", limit)
         view = self.view()
         agent = self.resolve(agent, view)
         me = view.agent(agent)
@@ -650,7 +669,7 @@ class Room:
                 "ready": ready, "ready_at": min(later, default=0)}
 
     def history(self, n: int = 10, task: str = "", messages_only: bool = True) -> list[dict]:
-        out = []
+        n, out = count_arg("n", n), []
         for c in first_parent_walk(self.store.reader, self.store.room_tip(self.name)):
             if len(out) >= n:
                 break
@@ -666,7 +685,7 @@ class Room:
         return out
 
     def log(self, n: int = 20, at: str = "") -> list[dict]:
-        out = []
+        n, out = count_arg("n", n), []
         tip = self.store.resolve(at) if at else self.store.room_tip(self.name)
         for c in first_parent_walk(self.store.reader, tip):
             if len(out) >= n:
@@ -690,6 +709,9 @@ class Room:
         """`after`: ids of tasks this one waits on; `requires`: capabilities its
         assignee must have; `parent`: the task it is part of."""
         agent = self.resolve(agent)
+        handshake = count_arg("handshake", handshake or 0)
+        if max_retries is not None:
+            max_retries = count_arg("max_retries", max_retries)
         after = [str(a).lstrip("#") for a in after if str(a).strip()]
         requires = [r for r in requires if r]
         parent = str(parent or "").lstrip("#")
@@ -729,6 +751,9 @@ class Room:
         if not (move == "reap" and model.is_hub_identity(agent)):  # hub/reaper reaps
             agent = self.resolve(agent)
         task_id = str(task_id).lstrip("#")
+        lease = count_arg("lease", lease or 0)
+        if edits.get("retry_in"):
+            edits["retry_in"] = count_arg("retry_in", edits["retry_in"])
         if move not in machine.MOVES:
             raise UsageError(f"unknown move {move!r}", "moves: " + ", ".join(machine.MOVES))
         key = self._keyed(key, "task-" + move, task_id, note, assignee, question, answer,
@@ -869,6 +894,7 @@ class Room:
         """list_tasks from `offset` on, at most `limit` of them (0: all), the filters
         applied first: {"tasks", "total", "offset", "more" (how many follow)}. Only
         the page's tasks are copied and given their dependencies."""
+        offset, limit = count_arg("offset", offset), count_arg("limit", limit)
         view = self.view()
         if assignee and assignee != "none":
             assignee = self.resolve(assignee, view)
@@ -917,6 +943,7 @@ class Room:
 
     def ready(self, agent: str, tag: str = "", limit: int = 20) -> list[dict]:
         """The tasks `agent` may take now, best first (see deps.ready)."""
+        limit = count_arg("limit", limit)
         agent = self.resolve(agent)
         view = self.view()
         pool, states = taskindex.ready_pool(view)

@@ -9,7 +9,7 @@ import time
 import pygit2
 
 from . import durable, fmt, hubrules, layout, model, rules, taskindex, wal
-from .core import Room, by_short_name, default_hub
+from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
@@ -666,10 +666,10 @@ class Hub:
         """Teams, leads, agents, open tasks, last activity and size (active or archived).
         `agents` lists the ids from `offset` on, at most `limit` (0: all);
         `agents_total` counts them all and `agents_more` those past the page."""
+        offset, limit = count_arg("offset", offset), count_arg("limit", limit)
         ref, tip, view = self._locate(room)
         tasks = taskindex.headers(view)
         ids = view.agent_ids()
-        offset = max(0, int(offset))
         page = ids[offset:offset + limit] if limit > 0 else ids[offset:]
         n = messages = 0
         for n, c in enumerate(first_parent_walk(self.store.reader, tip), 1):

@@ -51,3 +51,30 @@ BAD_TOML_HEADERS = [
     'state = "completed"\nstate = "pending"',   # a key twice: last one won
     'a.b = 1',                                  # a dotted key is a table in TOML
 ]
+
+# Numbers a careless caller gives, as (command line, the core call with the same
+# number): a negative count read as "all but the last" or "nothing yet", a port past
+# 65535 gave a traceback, a negative lease was written as a moment already past.
+BAD_NUMBERS = [
+    (("history", "-n", "-3"), lambda room: room.history(-3)),
+    (("log", "-n", "-1"), lambda room: room.log(-1)),
+    (("sent", "-n", "-1"), lambda room: room.sent("core/juno", -1)),
+    (("inbox", "-n", "-1"), lambda room: room.inbox("core/juno", limit=-1)),
+    (("who", "--offset", "-1"), lambda room: room.who_page(-1, 10)),
+    (("ready", "-n", "-1"), lambda room: room.ready("core/juno", limit=-1)),
+    (None, lambda room: room.task_page(offset=-2)),
+    (None, lambda room: room.task_page(limit=-1)),
+    (("task", "create", "x", "--max-retries", "-2"),
+     lambda room: room.create_task("core/juno", "x", max_retries=-2)),
+    (("task", "create", "x", "--handshake", "-3"),
+     lambda room: room.create_task("core/juno", "x", handshake=-3)),
+    (("task", "renew", "1", "--for", "-5"),
+     lambda room: room.move_task("core/juno", "1", "renew", lease=-5)),
+    (("task", "release", "1", "--retry-in", "-50"),
+     lambda room: room.move_task("core/juno", "1", "release", retry_in=-50)),
+    (("room", "show", "--offset", "-2"), None),
+    (("wait", "--timeout", "-1"), None),
+    (("web", "--port", "70000"), None),
+    (("serve", "--transport", "http", "--port", "99999"), None),
+    (("work", "--idle", "-1", "--", "true"), None),
+]

@@ -130,6 +130,29 @@ def test_core_refuses_control_characters_in_messages(hub, team, text):
     assert tips(hub) == before
 
 
+@pytest.mark.parametrize("args", [a for a, _ in attacks.BAD_NUMBERS if a])
+def test_cli_refuses_a_number_out_of_range_and_writes_nothing(gd, hub, team, args):
+    team.create_task("core/juno", "held", assignee="core/juno")
+    before = tips(hub)
+    r = gd(*args, timeout=20)
+    value = max(i for i, a in enumerate(args) if a.lstrip("-").isdigit())
+    option = args[value - 1]
+    assert r.rc == 2 and f"'{option}'" in r.err and "out of range" in r.err \
+        and "Traceback" not in r.err, r
+    assert tips(hub) == before
+    assert gd("history", "-n", "1").rc == 0
+
+
+@pytest.mark.parametrize("call", [c for _, c in attacks.BAD_NUMBERS if c])
+def test_core_refuses_a_negative_count_or_time(hub, team, call):
+    team.create_task("core/juno", "held", assignee="core/juno")
+    before = tips(hub)
+    with pytest.raises(UsageError) as e:
+        call(team)
+    assert "must be at least" in e.value.reason and e.value.fix, e.value
+    assert tips(hub) == before
+
+
 def test_cli_refuses_text_that_is_not_utf8(gd, hub, team, tmp_path):
     before = tips(hub)
     r = subprocess.run([*gd_entry(), "send", "spartan", "-m", os.fsdecode(attacks.BAD_UTF8),

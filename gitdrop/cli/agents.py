@@ -88,8 +88,8 @@ def _more_line(r: dict, command: str) -> str:
     return f"… {r['more']} more of {r['total']}: {command} --offset {nxt}"
 
 
-Offset = Annotated[int, typer.Option("--offset", help="Skip this many agents (by id).")]
-Limit = Annotated[int, typer.Option("--limit", "-n", help="At most this many agents (0: all).")]
+Offset = Annotated[int, typer.Option("--offset", min=0, help="Skip this many agents (by id).")]
+Limit = Annotated[int, typer.Option("--limit", "-n", min=0, help="At most this many agents (0: all).")]
 
 
 @command(app, "who")
@@ -198,7 +198,7 @@ def sent(s: Scope,
          message: Annotated[Optional[str], typer.Argument(
              help="One message (its id): who it reached and who has read it.",
              metavar="[MESSAGE]", show_default=False)] = None,
-         n: Annotated[int, typer.Option("-n", help="How many of your last messages.")] = 10):
+         n: Annotated[int, typer.Option("-n", min=1, help="How many of your last messages.")] = 10):
     """Your recent messages, each with its recipients and whether each has read it
     (from their read cursors)."""
     msgs = s.room.sent(s.agent, n=n, message=message or "")
@@ -239,7 +239,7 @@ def _event_line(ev: dict) -> str:
 def inbox(s: Scope,
           peek: Annotated[bool, typer.Option("--peek", help="Show, but do not mark read.")] = False,
           limit: Annotated[int, typer.Option(
-              "--limit", "-n", help="At most this many (0: all).")] = 20):
+              "--limit", "-n", min=0, help="At most this many (0: all).")] = 20):
     """What is waiting for you (messages and notices), oldest first; marks it read."""
     r = s.room.inbox(s.agent, limit=limit, peek=peek)
 
@@ -259,7 +259,7 @@ def inbox(s: Scope,
 
 @command(app, "history")
 def history(s: Scope,
-            n: Annotated[int, typer.Option("-n", help="How many messages.")] = 10,
+            n: Annotated[int, typer.Option("-n", min=1, help="How many messages.")] = 10,
             task: Annotated[str, typer.Option("--task", help="Only about this task.")] = ""):
     """The room's last N messages, oldest first (marks nothing read)."""
     # a long room with few messages (or few about the task) is read back a long way
@@ -280,7 +280,7 @@ def history(s: Scope,
 
 @command(app, "log")
 def log(s: Scope,
-        n: Annotated[int, typer.Option("-n", help="How many acts.")] = 20,
+        n: Annotated[int, typer.Option("-n", min=1, help="How many acts.")] = 20,
         at: Annotated[str, typer.Option("--at", help="As of this commit.")] = ""):
     """The room's audit history, one line per act (each act is a commit)."""
     acts = s.room.log(n, at)

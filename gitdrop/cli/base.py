@@ -39,7 +39,8 @@ COMMON = {"hub": HubOpt, "room": RoomOpt, "as_": AsOpt, "json_": JsonOpt}
 
 
 class _Plain:
-    """Converts a str, int, float or bool option (or a list of them) without pydantic.
+    """Converts a str, int, float or bool option (or a list of them) without pydantic,
+    within the option's min and max.
 
     Recent Typer converts every value through a pydantic TypeAdapter; importing
     pydantic costs as much as the rest of a short command. Our options are plain
@@ -52,16 +53,23 @@ class _Plain:
         self.kind, self.multi = kind, multi
 
     def one(self, v, param, ctx):
-        if isinstance(v, self.kind) and not (self.kind is int and isinstance(v, bool)):
-            return v
-        try:
-            if self.kind is bool:
-                return {"1": True, "true": True, "yes": True, "0": False, "false": False,
-                        "no": False}[str(v).strip().lower()]
-            return self.kind(v)
-        except (KeyError, ValueError, TypeError):
-            raise typer.BadParameter(f"{v!r} is not {self.KINDS[self.kind]}.", ctx=ctx,
-                                     param=param) from None
+        if not isinstance(v, self.kind) or (self.kind is int and isinstance(v, bool)):
+            try:
+                if self.kind is bool:
+                    return {"1": True, "true": True, "yes": True, "0": False, "false": False,
+                            "no": False}[str(v).strip().lower()]
+                v = self.kind(v)
+            except (KeyError, ValueError, TypeError):
+                raise typer.BadParameter(f"{v!r} is not {self.KINDS[self.kind]}.", ctx=ctx,
+                                         param=param) from None
+        low, high = getattr(param, "min", None), getattr(param, "max", None)
+        if self.kind in (int, float) and (low is not None and v < low or
+                                          high is not None and v > high):
+            within = f"{low} to {high}" if low is not None and high is not None else \
+                f"at least {low}" if low is not None else f"at most {high}"
+            raise typer.BadParameter(f"{v} is out of range: give {within}.", ctx=ctx,
+                                     param=param)
+        return v
 
     def coerce(self, value, param, ctx):
         if value is None:

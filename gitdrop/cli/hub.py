@@ -94,9 +94,9 @@ def room_list(s: Scope,
 @command(room_app, "show")
 def room_show(s: Scope, name: RoomArg = None,
               limit: Annotated[int, typer.Option(
-                  "--limit", "-n", help="At most this many agents (0: all).")] = 100,
+                  "--limit", "-n", min=0, help="At most this many agents (0: all).")] = 100,
               offset: Annotated[int, typer.Option(
-                  "--offset", help="Skip this many agents (by id).")] = 0):
+                  "--offset", min=0, help="Skip this many agents (by id).")] = 0):
     """A room's status: teams, leads, agents (a page at a time in a big room), open
     tasks, last activity, size."""
     st = s.hub.room_status(name or s.room_name, offset, limit)

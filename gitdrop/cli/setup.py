@@ -410,7 +410,7 @@ def http(s: Scope,
              "--host", help="Address to bind. Any but loopback needs logins (--users or "
              "tokens), and Basic auth sends them in clear: put TLS in front.")]
          = "127.0.0.1",
-         port: Annotated[int, typer.Option("--port", help="Port; 0 picks a free one.")] = 8080,
+         port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port; 0 picks a free one.")] = 8080,
          users: Annotated[Optional[str], typer.Option(
              "--users", metavar="FILE", help="Users file: team/name:sha256:<hex> lines "
              "(re-read when it changes).", show_default=False)] = None,

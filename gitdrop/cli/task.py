@@ -32,9 +32,9 @@ def create(s: Scope,
                "--body-file", help="Read the instructions from a file ('-': stdin).",
                show_default=False)] = None,
            handshake: Annotated[int, typer.Option(
-               "--handshake", help="Bind it to a handshake: it cannot start before GO.")] = 0,
+               "--handshake", min=0, help="Bind it to a handshake: it cannot start before GO.")] = 0,
            max_retries: Annotated[Optional[int], typer.Option(
-               "--max-retries", help="Retries allowed after failure (default: the room's).",
+               "--max-retries", min=0, help="Retries allowed after failure (default: the room's).",
                show_default=False)] = None,
            reviewer: Annotated[str, typer.Option("--reviewer", help="Who reviews it.")] = "",
            project: Annotated[str, typer.Option("--project")] = "",
@@ -128,7 +128,7 @@ def ready(s: Scope,
               "--claim", help="Claim the best one (exactly one winner per task under a "
               "race; your own assigned or in-progress task comes first).")] = False,
           tag: Annotated[str, typer.Option("--tag", help="Only tasks with this tag.")] = "",
-          limit: Annotated[int, typer.Option("--limit", "-n")] = 20):
+          limit: Annotated[int, typer.Option("--limit", "-n", min=0)] = 20):
     """The tasks you may take now: yours and pending ones whose dependencies are done and
     whose required capabilities you have; by priority, then age."""
     if claim_:
@@ -267,7 +267,7 @@ def release(s: Scope, task_id: Id, note: Note = "",
             failed: Annotated[bool, typer.Option(
                 "--failed", help="It failed: count a retry (refused past max_retries).")] = False,
             retry_in: Annotated[int, typer.Option(
-                "--retry-in", metavar="SECONDS", help="Not offered by ready before then "
+                "--retry-in", metavar="SECONDS", min=0, help="Not offered by ready before then "
                 "(a backoff).")] = 0):
     """Give your task back (to pending, unassigned) for someone else to take."""
     _move(s, task_id, "release", note=note, failed=failed, retry_in=retry_in)
@@ -316,7 +316,7 @@ def ask(s: Scope, task_id: Id, question: Annotated[str, typer.Option(
         wait: Annotated[bool, typer.Option(
             "--wait", help="Wait for the answer and print it (for scripts and workers).")] = False,
         timeout: Annotated[Optional[float], typer.Option(
-            "--timeout", metavar="SECONDS", help="With --wait: give up after this long "
+            "--timeout", metavar="SECONDS", min=0, help="With --wait: give up after this long "
             "(exit 124).", show_default=False)] = None):
     """Ask the task's creator a question (the task waits in feedback; gitdrop feedback
     list shows it to people)."""
@@ -348,7 +348,7 @@ def cancel(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason"
 
 @command(task_app, "renew")
 def renew(s: Scope, task_id: Id, for_: Annotated[Optional[int], typer.Option(
-        "--for", metavar="SECONDS", help="Hold it this long from now (default: the room's "
+        "--for", metavar="SECONDS", min=1, help="Hold it this long from now (default: the room's "
         "task_lease; at most its max_task_lease).", show_default=False)] = None):
     """Renew the lease on your task (any act of yours in the room renews it too)."""
     _move(s, task_id, "renew", lease=for_ or 0)

@@ -34,7 +34,7 @@ def watch(s: Scope):
 
 @command(app, "wait")
 def wait(s: Scope, timeout: Annotated[Optional[float], typer.Option(
-        "--timeout", metavar="SECONDS",
+        "--timeout", metavar="SECONDS", min=0,
         help="Give up after this many seconds (exit 124). Default: no limit.",
         show_default=False)] = None):
     """Block until something waits for you (at once if it already does) or a task you
@@ -48,7 +48,7 @@ def serve(s: Scope,
           transport: Annotated[Transport, typer.Option(
               "--transport", help="stdio or http.")] = Transport.stdio,
           host: Annotated[str, typer.Option("--host", help="Address for http.")] = "127.0.0.1",
-          port: Annotated[int, typer.Option("--port", help="Port for http.")] = 9400,
+          port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port for http.")] = 9400,
           tools: Annotated[Tools, typer.Option(
               "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent):
     """Run the MCP server (stdio for one agent; http with per-agent bearer tokens)."""

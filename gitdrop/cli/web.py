@@ -14,7 +14,7 @@ def web(s: Scope,
         host: Annotated[str, typer.Option(
             "--host", help="Address to bind. Off this machine (not a loopback address) "
             "every page needs a login.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8787):
+        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8787):
     """The web board of the hub's rooms, live: the board, tasks, agents, the log, charts;
     log in with a hub token (gitdrop token team/name) to answer, approve, reject and
     send as that agent. Runs until Ctrl-C."""

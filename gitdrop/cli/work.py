@@ -65,10 +65,10 @@ def work(s: Scope,
              "--tag", help="Only tasks with this tag (repeat: any of them).")] = None,
          once: Annotated[bool, typer.Option("--once", help="One task at most, then exit.")] = False,
          idle: Annotated[Optional[float], typer.Option(
-             "--idle", metavar="SECONDS", help="Exit after this long with nothing ready "
+             "--idle", metavar="SECONDS", min=0, help="Exit after this long with nothing ready "
              "(default: wait for work forever).", show_default=False)] = None,
          backoff: Annotated[float, typer.Option(
-             "--backoff", metavar="SECONDS", help="Before a failed task is offered again; "
+             "--backoff", metavar="SECONDS", min=0, help="Before a failed task is offered again; "
              "doubles with each retry.")] = 10.0):
     """Work tasks with a program, one at a time: claim the best ready task, run PROGRAM,
     submit its output (or complete it, for a task without review), or on failure give it

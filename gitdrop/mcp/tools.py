@@ -546,7 +546,7 @@ class ToolBox:
 
         offset: skip N
         """
-        r = self.room.who_page(offset, PAGE)
+        r = self.room.who_page(max(0, _as_int(offset or 0, "offset")), PAGE)
         return {"agents": [{k: a[k] for k in AgentInfo.__annotations__} for a in r["agents"]],
                 "more": r["more"]}
 
