@@ -159,6 +159,10 @@ def test_cli_refuses_text_that_is_not_utf8(gd, hub, team, tmp_path):
                         "--json"], env=gd.env, capture_output=True, timeout=60)
     assert r.returncode in (2, 3), r
     assert b"Traceback" not in r.stderr and b"UTF-8" in r.stderr, r.stderr
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"a task body " + attacks.BAD_UTF8)
+    r = gd("task", "create", "from a file", "--body-file", str(body))
+    assert r.rc == 3 and "Traceback" not in r.err and "UTF-8" in r.err, r   # was a traceback
     assert tips(hub) == before
 
 

@@ -452,8 +452,8 @@ def read_text(text: str | None, path: str | None, what: str) -> str:
     if path is not None:
         if path == "-":
             return sys.stdin.read()
-        try:
-            with open(path, encoding="utf-8") as f:
+        try:   # bytes that are not UTF-8 reach the core as such, which names the rule
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 return f.read()
         except OSError as e:
             raise UsageError(f"cannot read {path}: {e.strerror}", "check the path") from None
