@@ -118,10 +118,17 @@ def teams_needed(view) -> list[str]:
 
 
 def export(store, room: str, path: str) -> dict:
-    """Write room `room` of `store` (a hub or a remote hub's mirror) to a bundle."""
+    """Write room `room` of `store` (a hub or a remote hub's mirror) to a bundle at
+    `path` (a directory: ROOM.bundle in it)."""
     import pygit2
     ref = store.room_ref(room)
     tip = store.room_tip(room)
+    out = os.path.abspath(path)
+    if os.path.isdir(out):
+        out = os.path.join(out, f"{room}.bundle")
+    if not os.path.isdir(os.path.dirname(out)):
+        raise UsageError(f"no directory {os.path.dirname(out)} to write {os.path.basename(out)} in",
+                         "give a file in a directory that exists")
     view = store.view(room)
     hub_tip = store.tip(model.HUB_REF)
     hub_tree = store.reader.commit(hub_tip).tree if hub_tip else None
@@ -139,10 +146,16 @@ def export(store, room: str, path: str) -> dict:
         teams_commit = repo.create_commit(TEAMS_REF, sig, sig, f"teams of room {room}\n",
                                           tb.write(), [])
         repo.references.create(ref, pygit2.Oid(hex=tip))
-        out = os.path.abspath(path)
         part = out + ".part"
-        _git(tmp, "bundle", "create", "--quiet", part, ref, TEAMS_REF)
-        os.replace(part, out)
+        try:
+            _git(tmp, "bundle", "create", "--quiet", part, ref, TEAMS_REF)
+            os.replace(part, out)
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror}", "give a file you may write") \
+                from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
     return {"room": room, "file": out, "tip": tip, "teams": teams,
             "teams_commit": str(teams_commit)}
 

@@ -399,3 +399,20 @@ def test_a_room_of_the_old_layout_is_moved_as_it_is_imported(old_source, tmp_pat
     assert cli(b.path, "verify", "dev2")[0]["verified"] is True
     # the moved room works
     hubmod.Hub(b.path).room("dev").send("core/spartan", "core/juno", "on it")
+
+
+def test_export_into_a_directory_or_nowhere(source, tmp_path):
+    """A directory gets ROOM.bundle; a directory that is not there is a usage error;
+    neither leaves a part file (a directory ended in a traceback and DIR.part)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    r, _ = cli(source.path, "room", "export", "dev", str(out))
+    assert r["file"] == str(out / "dev.bundle") and os.path.isfile(r["file"])
+    assert sorted(os.listdir(out)) == ["dev.bundle"] and not os.path.exists(f"{out}.part")
+    b = hubmod.init(str(tmp_path / "b.git"))
+    cli(b.path, "room", "import", r["file"])
+    assert log(b.path) == log(source.path)
+    missing = tmp_path / "no" / "such" / "x.bundle"
+    refused, p = cli(source.path, "room", "export", "dev", str(missing), ok=False)
+    assert p.returncode == 2 and "no directory" in refused["reason"], refused
+    assert not os.path.exists(tmp_path / "no")
