@@ -65,13 +65,22 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     """Create a hub (or upgrade one in place: hooks and settings; nothing is lost)."""
     path = os.path.abspath(os.path.expanduser(path or default_hub()))
     from .leanstore import is_hub
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:   # git would take it; libgit2, through pygit2, cannot
+        raise UsageError(f"{path!r} is not valid UTF-8; nothing was written",
+                         "give gitdrop init a path in UTF-8") from None
     if not is_hub(path):
         if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)) and \
                 not _empty_bare_repo(path):
             raise UsageError(f"{path} is not empty and is not a gitdrop hub; nothing was "
                              "written", "give gitdrop init a new or empty directory "
                              "(e.g. gitdrop init ~/hubs/team.git)")
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:   # a name too long, no permission, a read-only disk
+            raise UsageError(f"cannot create {path}: {e.strerror}; nothing was written",
+                             "give gitdrop init a directory you may create") from None
         pygit2.init_repository(path, bare=True, initial_head="hub")
     repo = pygit2.Repository(path)
     for k, v in GIT_SETTINGS.items():
@@ -765,6 +774,7 @@ class Hub:
         """Re-check a whole room from its first commit (no clock rule); `progress(done,
         total)` hears of each commit checked."""
         from .verify import check_commits
+        model.check_name("room", room)
         ref = (model.ARCHIVE_PREFIX if archived else model.ROOM_PREFIX) + room
         tip = self.store.tip(ref)
         if not tip:

@@ -154,6 +154,9 @@ class RoomView:
         return out
 
     def task(self, task_id) -> tuple[dict, str] | None:
+        task_id = str(task_id)
+        if not model.KEY_RE.match(task_id):   # no file can have that name (model.kind_of)
+            return None
         return self._doc("task", self.task_path(task_id))
 
     def task_ids(self) -> list[str]:

@@ -78,3 +78,10 @@ BAD_NUMBERS = [
     (("serve", "--transport", "http", "--port", "99999"), None),
     (("work", "--idle", "-1", "--", "true"), None),
 ]
+
+# Every command is run with each of these in all its positional arguments
+# (test_every_command_answers_hostile_arguments_without_a_traceback): a name too long
+# for the file system, bytes that are not UTF-8 (a surrogate, as Python reads argv),
+# a path out of the room, a number past 64 bits.
+HOSTILE_ARGS = ["", " ", "-1", "99999999999999999999", "a/b/c", "../x", "x" * 300, "\x01",
+                "@", "all", "#", "1", "0", "nan", "\udcff"]

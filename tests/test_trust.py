@@ -5,8 +5,10 @@ line, MCP over stdio and HTTP, a raw git push); the inputs are in attacks.py.
 After every refusal the room must be as it was (no commit, `git fsck` clean) and the
 next ordinary command must work."""
 
+import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -151,6 +153,64 @@ def test_core_refuses_a_negative_count_or_time(hub, team, call):
         call(team)
     assert "must be at least" in e.value.reason and e.value.fix, e.value
     assert tips(hub) == before
+
+
+SWEEP = """
+import contextlib, io, json, sys
+import typer
+from gitdrop.cli.main import app, main
+values, skip = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
+top = typer.main.get_command(app)
+ctx = typer.Context(top)
+
+
+def leaves(group, path):
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if hasattr(cmd, "list_commands"):
+            yield from leaves(cmd, path + [name])
+        elif not set(path + [name]) & skip:
+            yield path + [name], cmd
+
+
+runs, bad = 0, []
+for path, cmd in leaves(top, []):
+    positional = sum(p.param_type_name == "argument" for p in cmd.params)
+    for v in values if positional else values[:1]:
+        argv = path + [v] * positional
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else int(e.code is not None)
+            except BaseException as e:   # main() lets nothing out but SystemExit
+                code = repr(e)
+        runs += 1
+        if code not in (0, 2, 3, 4, 5) or "Traceback" in err.getvalue():
+            bad.append([argv, str(code), err.getvalue()[-400:]])
+print(json.dumps({"runs": runs, "bad": bad}))
+"""
+
+
+def test_every_command_answers_hostile_arguments_without_a_traceback(gd, hub, team, tmp_path):
+    """Each command, each hostile value in all its positional arguments: a clear
+    refusal (exit 2 to 5) or an answer, never exit 1. Found this way: init of a
+    name too long or not UTF-8, task show and task graph of an id not UTF-8, and
+    verify of a room name never checked (verify ../hub read the hub's branch)."""
+    # Commands that serve, wait or ask are not one-shot; destroy removes the hub.
+    skip = ["serve", "web", "watch", "board", "work", "wait", "demo", "http", "mcp",
+            "autorespond", "destroy", "ask"]
+    work = tmp_path / "cwd"
+    work.mkdir()
+    p = subprocess.run([sys.executable, "-c", SWEEP, json.dumps(attacks.HOSTILE_ARGS),
+                        json.dumps(skip)], capture_output=True, text=True, cwd=work,
+                       env=dict(gd.env, GITDROP_AGENT="core/juno"), stdin=subprocess.DEVNULL,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["runs"] > 500, got["runs"]
+    assert not got["bad"], got["bad"][:5]
 
 
 def test_cli_refuses_text_that_is_not_utf8(gd, hub, team, tmp_path):
