@@ -30,8 +30,14 @@ BYPASS = "GITDROP_GUARD=off git commit ... (or git commit --no-verify)"
 
 def _git(*args, cwd=None, check=True, timeout=None, stdin=None) -> str:
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                       timeout=timeout, input=stdin)
+    try:
+        p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                           timeout=timeout, input=stdin)
+    except OSError as e:   # a --repo that is not there is a cwd git cannot enter
+        if cwd is None or os.path.isdir(cwd):
+            raise
+        raise UsageError(f"no work repository at {cwd}: {e.strerror}",
+                         "give --repo a git work tree (or run this inside one)") from None
     if check and p.returncode != 0:
         raise UsageError(f"git {' '.join(args[:3])} failed: {p.stderr.strip()[:300]}",
                          "run this inside a git work tree")
