@@ -106,7 +106,8 @@ def _rebuild(store, ref: str, payload: bytes, view=None):
     the turn before its write (the write itself builds on the tip as it is then)."""
     name, verb, args, kw, now, *made = json.loads(payload)
     if verb not in _COMBINABLE or store.room_ref(name) != ref:
-        raise UsageError(f"{verb!r} in room {name!r} cannot be written here", "")
+        raise UsageError(f"{verb!r} in room {name!r} cannot be written here",
+                         "its caller writes it itself")
     if made and verb in _PREPARED and _made_ok(made[0]):
         return _from_made(store, ref, [name, verb, args, kw, now], made[0]), made[0][1], now
     room = Room(store, name, clock=lambda: now)
@@ -365,7 +366,7 @@ class Room:
 
         def build(view, tip):
             if view.agent(target) is None:
-                raise NotFound(f"{target} is not registered", "")
+                raise NotFound(f"{target} is not registered", "check the name with gitdrop who")
             return ({view.agent_path(target): None},
                     self._msg(f"{model.short(target)} left {self.name}", "", "deregister"),
                     {"agent": target})
@@ -1043,7 +1044,8 @@ class Room:
     def handshake(self, hid) -> dict:
         doc = self.view().handshake(int(hid))
         if doc is None:
-            raise NotFound(f"no handshake {hid} in room {self.name!r}", "")
+            raise NotFound(f"no handshake {hid} in room {self.name!r}",
+                           "gitdrop handshake status lists the room's handshakes")
         h, plan = doc
         return dict(h, plan=plan, acked=h["acks"],
                     pending=[t for t in h["targets"] if t not in h["acks"]])

@@ -55,7 +55,8 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("format", c, f"{path} is not a team file", "teams live in teams/<team>.toml")
     team = path[6:-5]
     if new is None:
-        _refuse("one-operation", c, "teams are not deleted", "")
+        _refuse("one-operation", c, "teams are not deleted", "put the team's file back: "
+                "a team stays in the registry once registered")
     mode = getattr(reader, "mode", None)
     if mode is not None and c.tree and mode(c.tree, path) != 0o100644:
         _refuse("format", c, f"{path} is not a plain file", "commit a plain, non-executable file")
@@ -65,18 +66,20 @@ def check(reader, c, changes, pusher="") -> str:
                 "control characters", "a team file is a few lines of TOML")
     doc = _team(c, text)
     if doc["name"] != team or not model.is_name(team):
-        _refuse("format", c, f"name must be {team!r}", "")
+        _refuse("format", c, f"name must be {team!r}", f"set name = \"{team}\" in "
+                f"teams/{team}.toml (the file's name is the team's)")
     if team in model.RESERVED_TEAMS:
         _refuse("reserved-name", c, f"team {team!r} is reserved ({ADMIN_TEAM}: the hub's own "
                 f"identities; {model.DEFAULT_TEAM}: agents that named no team, who have no "
                 "lead)", "pick another team name")
     if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
-        _refuse("format", c, f"the lead of team {team} must be {team}/<name>", "")
+        _refuse("format", c, f"the lead of team {team} must be {team}/<name>",
+                f"name an agent of team {team} as its lead, e.g. {team}/lead")
     bad = [m for m in doc["members"] if not model.is_agent_id(m) or
            model.split_agent(m)[0] != team]
     if bad:
         _refuse("format", c, f"members of team {team} are {team}/<name>, not "
-                f"{', '.join(bad[:3])}", "")
+                f"{', '.join(bad[:3])}", f"list only agents of team {team} (team/name)")
     if old is None:
         if c.author != doc["lead"] and not model.is_hub_identity(c.author):
             _refuse("lead-only", c, f"team {team} is created by its lead {doc['lead']} "
@@ -94,7 +97,8 @@ def _team(c, text):
     try:
         data = fmt.loads_toml(text or "")
     except fmt.FormatError as e:
-        _refuse("format", c, str(e), "")
+        _refuse("format", c, str(e), "write the team's file as TOML (docs/PROTOCOL.md, "
+                "The hub branch)")
     out = dict(TEAM_FIELDS)
     for k, v in data.items():
         if k not in TEAM_FIELDS or type(v) is not type(TEAM_FIELDS[k]):

@@ -291,7 +291,8 @@ def _check_deregister(before, c, changes, ctx, op):
 def _check_agent_update(before, c, changes, ctx, op):
     ch = _only(c, changes, "agent")
     if ch.new is None or ch.old is None:
-        _refuse("one-operation", c, f"{op} changes an existing agent file", "")
+        _refuse("one-operation", c, f"{op} changes an existing agent file",
+                "register first (gitdrop register), and change only your own file")
     if ch.key != c.author:
         _refuse("registered-author", c, f"{c.author} cannot change {ch.key}'s file",
                 "agents change only their own file")
@@ -556,7 +557,8 @@ def _check_task_create(before, c, changes, ctx, op):
         _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters",
                 "give the task a short title; details go in the body")
     if len(t["tags"]) > s["max_tags"]:
-        _refuse("size-limit", c, f"{len(t['tags'])} tags; the room allows {s['max_tags']}", "")
+        _refuse("size-limit", c, f"{len(t['tags'])} tags; the room allows {s['max_tags']}",
+                f"keep at most {s['max_tags']} tags")
     if t["state"] not in ("pending", "assigned"):
         _refuse("task-state-machine", c, f"a new task is pending or assigned, not {t['state']}",
                 "create it as pending (or assigned with an assignee)")
@@ -595,7 +597,7 @@ def _check_deps(before, c, old, new, tid):
         return
     if len(new["requires"]) > s["max_tags"]:
         _refuse("size-limit", c, f"{len(new['requires'])} required capabilities; the room "
-                f"allows {s['max_tags']}", "")
+                f"allows {s['max_tags']}", f"require at most {s['max_tags']} capabilities")
     why = deps.problem(deps.lookup(before), tid, new["after"], new["requires"])
     if why:
         _refuse("task-dependency", c, why, "list only existing tasks in after, with no "
@@ -681,7 +683,8 @@ def reviewer_ok(view, task, agent_id, lead) -> bool:
 def _check_task_move(before, c, changes, ctx, op):
     ch = _only(c, changes, "task")
     if ch.old is None or ch.new is None:
-        _refuse("task-state-machine", c, f"{op} changes an existing task", "")
+        _refuse("task-state-machine", c, f"{op} changes an existing task",
+                "name a task that exists (gitdrop task list); tasks are cancelled, not deleted")
     (old, old_body), (new, new_body) = _doc(c, ch, "old"), _doc(c, ch, "new")
     move = op[5:]
     if move not in machine.MOVES:
@@ -829,7 +832,8 @@ def _move_sign(before, c, old, new, tid):
 def _move_edit(before, c, old, new, tid):
     s = before.settings
     if not new["title"].strip() or len(new["title"]) > s["max_title"]:
-        _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters", "")
+        _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters",
+                "give the task a short title; details go in the body")
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
     if new["review"] != old["review"] and c.author != old["creator"] and \
@@ -937,15 +941,18 @@ def _check_handshake_start(before, c, changes, ctx, op):
                 "ask your lead to start it")
     h, plan = _doc(c, ch, "new")
     if str(h["id"]) != ch.key or h["initiator"] != c.author:
-        _refuse("format", c, "id must match the file name and initiator the author", "")
+        _refuse("format", c, "id must match the file name and initiator the author",
+                f"set id = {ch.key} and initiator = \"{c.author}\"")
     if not plan.strip():
         _refuse("size-limit", c, "a handshake needs a plan (the body)", "write the plan")
     if not h["targets"] or len(set(h["targets"])) != len(h["targets"]):
-        _refuse("format", c, "targets must be a non-empty list without repeats", "")
+        _refuse("format", c, "targets must be a non-empty list without repeats",
+                "name each agent that must ack once (team/name)")
     for t in h["targets"]:
         _known_agent(before, c, t)
     if h["acks"] or h["status"] != "pending":
-        _refuse("handshake-ack-once", c, "a new handshake has no acks and status pending", "")
+        _refuse("handshake-ack-once", c, "a new handshake has no acks and status pending",
+                "set acks = [] and status = \"pending\"; the targets ack it themselves")
 
 
 def _check_handshake_ack(before, c, changes, ctx, op):
@@ -970,12 +977,14 @@ def _check_contract(before, c, changes, ctx, op):
     ch = _only(c, changes, "contract")
     new, spec = _doc(c, ch, "new")
     if new["name"] != ch.key:
-        _refuse("format", c, f"name must be {ch.key!r}", "")
+        _refuse("format", c, f"name must be {ch.key!r}", f"set name = \"{ch.key}\" (the "
+                "file's name is the contract's)")
     if new["kind"] not in model.CONTRACT_KINDS:
         _refuse("format", c, f"kind {new['kind']!r} is not one of "
                 f"{', '.join(model.CONTRACT_KINDS)}", "pick a listed kind")
     if not spec.strip():
-        _refuse("size-limit", c, "a contract needs its interface text (the body)", "")
+        _refuse("size-limit", c, "a contract needs its interface text (the body)",
+                "write the interface (gitdrop contract declare NAME --text ...)")
     if ch.old is None:
         if new["owner"] != c.author or new["version"] != 1:
             _refuse("contract-version", c, "a new contract has version 1 and its author as owner",
@@ -989,7 +998,8 @@ def _check_contract(before, c, changes, ctx, op):
         _refuse("contract-version", c, f"contract {ch.key} is at version {old['version']}; a "
                 f"change must bump it to {old['version'] + 1}", f"set version = {old['version'] + 1}")
     if new["owner"] != old["owner"]:
-        _refuse("contract-owner", c, "the owner of a contract does not change", "")
+        _refuse("contract-owner", c, "the owner of a contract does not change",
+                f"keep owner = \"{old['owner']}\"; declare a new contract for a new owner")
 
 
 def _check_context(before, c, changes, ctx, op):
@@ -1027,7 +1037,7 @@ def _check_lease_take(before, c, changes, ctx, op):
                 f"set id = \"{ch.key}\", holder = \"{c.author}\"")
     if new["mode"] not in model.LEASE_MODES:
         _refuse("format", c, f"lease mode {new['mode']!r} is not one of "
-                f"{', '.join(model.LEASE_MODES)}", "")
+                f"{', '.join(model.LEASE_MODES)}", "set mode = \"exclusive\" or \"shared\"")
     problem = model.glob_problem(new["glob"])
     if problem:
         _refuse("format", c, f"bad lease glob {new['glob']!r}: {problem}",
@@ -1085,7 +1095,8 @@ def _check_room_create(before, c, changes, ctx, op):
     ch = _only(c, changes, "room")
     room = _doc(c, ch, "new")[0]
     if not model.is_name(room["name"]):
-        _refuse("format", c, f"bad room name {room['name']!r}", "")
+        _refuse("format", c, f"bad room name {room['name']!r}",
+                "name the room with letters, digits, '.', '_' or '-' (gitdrop room create)")
     _check_leads(c, room)
     teams = ctx.registry()
     if teams is not None:
@@ -1139,7 +1150,8 @@ def _check_room_settings(before, c, changes, ctx, op):
         _refuse("one-operation", c, "room.toml cannot be deleted", "archive the room instead")
     old, new = _doc(c, ch, "old")[0], _doc(c, ch, "new")[0]
     if old["name"] != new["name"] or old["created"] != new["created"]:
-        _refuse("format", c, "a room's name and creation time do not change", "")
+        _refuse("format", c, "a room's name and creation time do not change",
+                "keep name and created as they are in room.toml")
     if old["layout"] != new["layout"]:
         _refuse("layout", c, f"room.toml's layout changes from {old['layout']} to "
                 f"{new['layout']}: only the hub's room-layout commit changes it",

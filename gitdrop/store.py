@@ -218,7 +218,7 @@ class Store(BaseStore):
         """Rename a ref (archive/restore); refuses to overwrite."""
         tip = self.tip(old_ref)
         if not tip:
-            raise NotFound(f"no ref {old_ref}", "")
+            raise NotFound(f"no ref {old_ref}", "gitdrop room list --all names the rooms")
         if self.tip(new_ref):
             raise Refusal("format", f"{new_ref} already exists", "pick another name")
         self.repo.references.create(new_ref, pygit2.Oid(hex=tip), force=False)

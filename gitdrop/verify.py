@@ -52,7 +52,8 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                            hub)
     if ref == model.HUB_REF:
         if new == ZERO:
-            raise Refusal("linear-history", "the hub branch cannot be deleted", "", commit=ref)
+            raise Refusal("linear-history", "the hub branch cannot be deleted",
+                      "leave refs/heads/hub in place: it holds the team registry", commit=ref)
         return hubrules.check_chain(reader, chain(reader, old, new, ref), pusher)
     raise Refusal("format", f"{ref} is not a gitdrop ref",
                   "push rooms to refs/heads/rooms/<room> (and teams to refs/heads/hub)",

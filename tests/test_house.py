@@ -93,3 +93,34 @@ def test_faces_live_in_their_packages():
     flat = {m.rpartition(".")[2] for m in modules() if m.count(".") == 1}
     assert not {n for n in flat if n.startswith(("cli", "mcp_"))} - {"cli", "mcp"}
     assert not flat & {"remote", "shell", "httpd", "demo"}
+
+
+# Where each refusal takes its next step ("fix"): the position of the argument.
+FIX_AT = {"_refuse": 3, "Refusal": 2, "UsageError": 1, "NotFound": 1, "Ambiguous": 1,
+          "Conflict": 1, "Unreachable": 1}
+
+
+def test_every_refusal_says_what_to_do_next():
+    """Every rule refusal and usage, not-found or conflict error in the code names a
+    next step: a refusal without one left an agent nowhere to go (found by calling
+    every MCP tool with hostile values). The markers the write loop keeps to itself
+    are the exception: Conflict("", "") never reaches a caller."""
+    missing = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            kind = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else ""
+            if kind not in FIX_AT or any(isinstance(a, ast.Starred) for a in node.args):
+                continue
+            at = FIX_AT[kind]
+            fix = node.args[at] if len(node.args) > at else \
+                next((k.value for k in node.keywords if k.arg == "fix"), None)
+            empty = fix is None or isinstance(fix, ast.Constant) and fix.value == ""
+            marker = kind == "Conflict" and all(isinstance(a, ast.Constant) and a.value == ""
+                                               for a in node.args)
+            if empty and not marker:
+                missing.append(f"{name}:{node.lineno}: {ast.unparse(node)[:100]}")
+    assert not missing, "\n".join(missing)

@@ -3,7 +3,7 @@ and without a token) and stdio, with the real SDK client. Every refusal names it
 rule and the next step, and leaves no commit behind."""
 
 import pytest
-from mcp_helpers import http_agent, http_server, stdio_agent
+from mcp_helpers import check_result, http_agent, http_server, stdio_agent
 
 import attacks
 from conftest import git
@@ -79,3 +79,65 @@ async def test_stdio(hub):
         await juno.refused("send", "idempotency-key", to_agent="spartan", message="other",
                            key="k1")
     assert [m["text"] for m in lobby.inbox("core/spartan")["messages"]] == ["fine"]
+
+
+# A good value for each required parameter but the one under attack.
+GOOD = {"to_agent": "spartan", "message": "hi", "title": "t", "task_id": "1",
+        "team_name": "core", "name": "r1", "key": "k", "value": "v", "leader": "core/juno",
+        "agents": ["core/spartan"], "members": ["core/spartan"], "status": "in_progress",
+        "contract_name": "api.x", "glob": "src/**", "action": "list"}
+HOSTILE = {"integer": [-1, 10 ** 30, "abc", 1.5, True, None, ""],
+           "boolean": ["x", 2, None],
+           "array": [[""], "not a list", [1, 2], [None], ["x" * 300]],
+           # the SDK's client cannot send a lone surrogate: JSON text is UTF-8
+           "string": [v for v in attacks.HOSTILE_ARGS if v != "\udcff"] + [None, 7, ["x"]]}
+
+
+def _kind(schema: dict) -> str:
+    kind = schema.get("type") or next((s.get("type") for s in schema.get("anyOf", [])
+                                       if s.get("type") != "null"), "string")
+    if isinstance(kind, list):   # ["string", "integer"]: hostile strings reach both
+        kind = "string"
+    return kind if kind in HOSTILE else "string"
+
+
+def _good(name: str, schema: dict):
+    if name in GOOD:
+        return GOOD[name]
+    return {"integer": 1, "boolean": False, "array": ["x"]}.get(_kind(schema), "x")
+
+
+async def test_every_tool_answers_hostile_values_with_a_next_step(hub):
+    """Every tool, every parameter, each hostile value (the others good): a result
+    of the tool's type, or an error that says what to do next. Found this way: a
+    task title refused on edit, a team's lead or members of another team, a
+    contract's owner changed, and a dozen more refusals named no next step."""
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan")
+    lobby.create_task("core/juno", "held", assignee="core/spartan")
+    calls, bad = 0, []
+    async with stdio_agent(hub.path, "core/juno", "auto") as juno:
+        for tool in (await juno.client.list_tools()).tools:
+            if tool.name == "deregister":   # would leave the session nobody to act for
+                continue
+            props = tool.input_schema.get("properties", {})
+            required = tool.input_schema.get("required", [])
+            for param, schema in props.items():
+                for value in HOSTILE[_kind(schema)]:
+                    args = {q: _good(q, props[q]) for q in required if q != param}
+                    args[param] = value
+                    r = await juno.client.call_tool(tool.name, args)
+                    calls += 1
+                    text = r.content[0].text if r.content else ""
+                    if r.is_error:
+                        if "Next:" not in text:
+                            bad.append((tool.name, param, repr(value)[:40], text[:200]))
+                    else:
+                        try:
+                            check_result(tool.name, r.structured_content, text)
+                        except Exception as e:
+                            bad.append((tool.name, param, repr(value)[:40], repr(e)[:200]))
+        await juno.ok("send", to_agent="spartan", message="still fine")
+    assert calls > 1000, calls
+    assert not bad, bad[:10]

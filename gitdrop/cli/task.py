@@ -61,7 +61,8 @@ def create(s: Scope,
                "task (env GITDROP_KEY).")] = ""):
     """Create a task; prints its id (with --json, {"id": ...})."""
     if sum(x is not None for x in (body, body_file, brief, template)) > 1:
-        raise UsageError("give one of --body, --body-file, --brief and --template", "")
+        raise UsageError("give one of --body, --body-file, --brief and --template",
+                         "keep one of them")
     if template is not None:
         from ..brief import template as load
         text = load(template)

@@ -387,7 +387,8 @@ def _as_int(value, what: str) -> int:
     try:
         return int(str(value).strip())
     except ValueError:
-        raise UsageError(f"{what} must be a whole number, not {value!r}", "") from None
+        raise UsageError(f"{what} must be a whole number, not {value!r}",
+                         f"give {what} as a number, e.g. 1") from None
 
 
 def _int_id(value, what: str) -> str:
