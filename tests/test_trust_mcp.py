@@ -141,3 +141,52 @@ async def test_every_tool_answers_hostile_values_with_a_next_step(hub):
         await juno.ok("send", to_agent="spartan", message="still fine")
     assert calls > 1000, calls
     assert not bad, bad[:10]
+
+
+def test_a_line_the_sdk_cannot_read_is_answered_on_stdio(hub):
+    """JSON that is not Unicode (a lone surrogate escape) or not JSON at all: the SDK
+    only logged such a line, so the client waited for its answer for ever. Now a
+    request gets an error with its id and the next step, bad JSON a parse error,
+    and the session goes on."""
+    import json
+    import select
+    import subprocess
+    import sys
+    from mcp_helpers import ROOT, server_args
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    p = subprocess.Popen([sys.executable, *server_args(hub.path, "--as", "core/juno")],
+                         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+
+    def say(line: str) -> None:
+        p.stdin.write(line.encode() + b"\n")
+        p.stdin.flush()
+
+    def answer() -> dict:
+        ready, _, _ = select.select([p.stdout], [], [], 20)
+        assert ready, "no answer"
+        return json.loads(p.stdout.readline())
+
+    try:
+        say(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}))
+        assert answer()["id"] == 1
+        say('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        say('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send",'
+            '"arguments":{"to_agent":"\\udcff","message":"hi"}}}')
+        got = answer()
+        assert got["id"] == 2 and "surrogate" in got["error"]["message"] \
+            and "Next:" in got["error"]["message"], got
+        say("{not json")
+        got = answer()
+        assert got["id"] is None and got["error"]["code"] == -32700, got
+        say('{"jsonrpc":"2.0","method":"notifications/x","params":{"a":"\\udcff"}}')  # no answer
+        say('{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"who",'
+            '"arguments":{}}}')
+        got = answer()
+        assert got["id"] == 3 and "core/juno" in got["result"]["content"][0]["text"], got
+    finally:
+        p.kill()
+        p.wait()

@@ -624,17 +624,21 @@ class _WireIn:
     and a rendezvous stream: two task switches per message, which on a process
     woken for each call cost more than the parsing."""
 
-    def __init__(self, reader: asyncio.StreamReader):
-        self.reader = reader
+    def __init__(self, reader: asyncio.StreamReader, out: "_WireOut | None" = None):
+        self.reader, self.out = reader, out
 
     async def receive(self):
-        line = await self.reader.readline()
-        if not line:
-            raise anyio.EndOfStream
-        try:
-            return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
-        except Exception as exc:  # handed on, as the SDK's transport does
-            return exc
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                raise anyio.EndOfStream
+            try:
+                return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
+            except Exception as exc:
+                answer = unreadable(line, exc)
+                if answer is None or self.out is None:
+                    return exc   # handed on, as the SDK's transport does: it logs it
+                self.out.line(answer)
 
     def __aiter__(self):
         return self
@@ -653,6 +657,30 @@ class _WireIn:
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
+
+
+def unreadable(line: bytes, exc: Exception) -> bytes | None:
+    """The JSON-RPC error answering a line the SDK cannot read, or None (a
+    notification, which gets no answer). The SDK only logs such a line, so its
+    sender waited for ever: a string holding a lone surrogate (valid JSON, not
+    Unicode) was enough."""
+    why = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        msg = None
+    if not isinstance(msg, dict):
+        ident, code = None, -32700   # parse error: the id cannot be known
+    elif "method" in msg and "id" not in msg:
+        return None
+    else:
+        ident, code = msg.get("id"), INVALID_REQUEST
+        if not isinstance(ident, (str, int)) or isinstance(ident, bool):
+            ident = None
+    text = (f"Invalid request: {why[:200]}\nNext: send the request as JSON in UTF-8 "
+            "(every string valid Unicode: no lone surrogate such as \\udcff)")
+    return json.dumps({"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": text}},
+                      separators=(",", ":")).encode() + b"\n"
 
 
 class _WireOut:
@@ -696,7 +724,8 @@ async def wire(fd_in: int, fd_out: int):
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(fd_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return _WireIn(reader), _WireOut(writer)
+    out = _WireOut(writer)
+    return _WireIn(reader, out), out
 
 
 async def _pipes():
