@@ -25,7 +25,8 @@ def path(hub_path: str) -> str:
 
 
 def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # Whatever bytes a login form sent: a token that is not UTF-8 is just not one.
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _load(p: str) -> dict:

@@ -325,3 +325,59 @@ def test_a_big_dependency_graph_draws_the_linked_and_open_tasks_first():
     assert sorted(drawn) == ["0", "1", "2", "5"]   # the linked ones, then an open one
     assert svg.count('class="edge"') == 2 and "… 2 more tasks not drawn" in svg
     assert "more tasks not drawn" not in charts.graph_svg(g, "/r/x")
+
+
+def test_hostile_requests_get_an_answer_not_a_server_error(web, hub):
+    """Every page and every action with hostile path parts, query values and form
+    fields (attacks.HOSTILE_ARGS): an answer below 500. Found this way: a CSRF
+    field that is not ASCII was a 500 (hmac compares ASCII str only), as was a
+    session cookie that is not; and /login, open to anybody, read a chunked body
+    of any size into memory."""
+    import urllib.parse
+    import attacks
+
+    def part(v):
+        return urllib.parse.quote(v.encode("utf-8", "surrogateescape"), safe="")
+
+    c, csrf = login(web, hub.path, "core/juno")
+    values = attacks.HOSTILE_ARGS + ["..%2f..%2fhub", "<script>", "'"]
+    bad, asked = [], 0
+    pages_ = ["/r/{v}", "/r/{v}/fragment", "/r/{v}/log", "/r/{v}/charts", "/r/lobby/charts/{v}",
+              "/r/lobby/t/{v}", "/r/lobby/a/{v}", "/r/lobby/a/core/{v}", "/r/lobby/c/{v}",
+              "/r/{v}/inbox", "/r/lobby/log?agent={v}", "/r/lobby/log?op={v}",
+              "/r/lobby/log?task={v}", "/r/lobby/log?n={v}", "/r/lobby?ok={v}"]
+    for who in (c, web.client()):
+        for p in pages_:
+            for v in values:
+                r = who.get(p.replace("{v}", v if v.startswith("..%") else part(v)))
+                asked += 1
+                if r.status_code >= 500:
+                    bad.append((p, v, r.status_code))
+    actions = ["/r/lobby/send", "/r/lobby/t/1/send", "/r/lobby/t/3/answer",
+               "/r/lobby/t/4/reject", "/r/lobby/inbox/read", "/login"]
+    for p in actions:
+        for field in ("csrf", "to", "text", "reason", "answer", "token"):
+            for v in values:
+                form = {"csrf": csrf, "to": "spartan", "text": "hi", "reason": "r", "answer": "a"}
+                form[field] = v
+                body = urllib.parse.urlencode(form, encoding="utf-8", errors="surrogateescape")
+                r = c.post(p, content=body.encode(),
+                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+                asked += 1
+                if r.status_code >= 500:
+                    bad.append((p, field, v, r.status_code))
+    assert asked > 1000 and not bad, bad[:10]
+
+    def chunks():   # no Content-Length: only reading it tells its size
+        for _ in range(200):
+            yield b"token=" + b"a" * 100_000
+    r = web.client().post("/login", content=chunks(),
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and "too large" in r.text
+    r = c.post("/r/lobby/send", headers={"Cookie": "gitdrop_session=\u00e9.\u00e9".encode("latin-1")},
+               data={"csrf": csrf, "to": "spartan", "text": "x"})
+    assert r.status_code == 403
+    before = tip(hub)
+    r = c.post("/r/lobby/send", content=b"csrf=" + csrf.encode() + b"&to=spartan&text=caf%E9",
+               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 409 and "UTF-8" in r.text and tip(hub) == before

@@ -17,6 +17,7 @@ import json
 import secrets
 import threading
 import time
+import urllib.parse
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -93,7 +94,7 @@ class Board:
         if not raw or not mac:
             return None
         want = _b64(hmac.new(self.secret, raw.encode(), hashlib.sha256).digest())
-        if not hmac.compare_digest(want, mac):
+        if not hmac.compare_digest(want.encode(), mac.encode("utf-8", "surrogateescape")):
             return None
         try:
             data = json.loads(_unb64(raw))
@@ -163,10 +164,22 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         return page
 
     async def form_of(request) -> dict:
-        if int(request.headers.get("content-length") or 0) > MAX_FORM:
-            raise UsageError("the form is too large", "send less")
-        f = await request.form()
-        return {k: str(v) for k, v in f.items()}
+        """The posted form (urlencoded, as the pages send it), read up to MAX_FORM
+        bytes however it comes: a chunked body has no length to check first, and
+        /login takes one from anybody."""
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() not in \
+                ("", "application/x-www-form-urlencoded"):
+            raise UsageError("the form must be application/x-www-form-urlencoded",
+                             "post it as the page's own form does")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM:
+                raise UsageError("the form is too large", "send less")
+        # Bytes that are not UTF-8 stay as such: the core refuses them with its rule.
+        return dict(urllib.parse.parse_qsl(body.decode("utf-8", "surrogateescape"),
+                                           keep_blank_values=True, encoding="utf-8",
+                                           errors="surrogateescape"))
 
     def action(fn):
         """A POST that writes: a session and its CSRF token, or 403 and nothing written."""
@@ -181,7 +194,8 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                 form = await form_of(request)
             except GitdropError as err:
                 return failed(err)
-            if not hmac.compare_digest(form.get("csrf", ""), s["c"]):
+            if not hmac.compare_digest(form.get("csrf", "").encode("utf-8", "surrogateescape"),
+                                       s["c"].encode()):
                 return html(pages.page("403", "<h1>403</h1><p>the form's CSRF token is "
                                        "missing or wrong: reload the page</p>"), 403)
             try:
