@@ -451,6 +451,44 @@ def test_a_room_cannot_be_forged_through_any_door(served, team, tmp_path):
     assert served.hub.room(name).view().room["leads"] == {"core": "core/juno"}
 
 
+@pytest.mark.parametrize("served", ["http"], indirect=True)
+def test_http_answers_hostile_requests_without_a_server_error(served):
+    """Raw requests a client could send, logged in: a NUL in the path was a 500 (it
+    cannot go into git's environment); none is one now, nothing outside git's paths
+    is served, and the server serves the next request."""
+    import base64
+    import socket
+    auth = base64.b64encode(f"core/juno:{served.secrets['core/juno']}".encode()).decode()
+
+    def ask(line: str, headers: str = "", body: bytes = b"") -> str:
+        with socket.create_connection(("127.0.0.1", served.port), 10) as s:
+            s.sendall(f"{line} HTTP/1.0\r\nAuthorization: Basic {auth}\r\n{headers}\r\n"
+                      .encode("latin-1") + body)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        return out.split(b"\r\n")[0].decode("latin-1")
+
+    answers = {
+        "GET /hub.git/info/refs%00x": ask("GET /hub.git/info/refs%00x"),
+        "GET /hub.git/%2e%2e/%2e%2e/etc/passwd": ask("GET /hub.git/%2e%2e/%2e%2e/etc/passwd"),
+        "GET /hub.git/gitdrop/tokens.json": ask("GET /hub.git/gitdrop/tokens.json"),
+        "GET /hub.git/config": ask("GET /hub.git/config"),
+        "GET /hub.git/info/refs?service=git-upload-archive":
+            ask("GET /hub.git/info/refs?service=git-upload-archive"),
+        "POST length -5": ask("POST /hub.git/git-upload-pack", "Content-Length: -5\r\n"),
+        "POST length abc": ask("POST /hub.git/git-upload-pack", "Content-Length: abc\r\n"),
+        "a NUL in a header": ask("GET /hub.git/info/refs", "X-A: a\x00b\r\n"),
+    }
+    status = {k: int(a.split()[1]) for k, a in answers.items()}
+    assert all(code < 500 for code in status.values()), answers
+    assert status["GET /hub.git/info/refs%00x"] == 400, answers
+    for path in ("GET /hub.git/%2e%2e/%2e%2e/etc/passwd", "GET /hub.git/gitdrop/tokens.json",
+                 "GET /hub.git/config"):
+        assert status[path] >= 400, answers
+    assert "refs/heads/rooms" in git("ls-remote", served.url("core/juno")).stdout
+
+
 @pytest.mark.parametrize("served", ["ssh"], indirect=True)
 def test_ssh_keys_reach_only_git_on_the_hub(served):
     p = subprocess.run(served.ssh + ["juno.gitdrop", "cat /etc/passwd"],

@@ -164,6 +164,10 @@ class GitApp:
         prefix = "/" + self.name
         if not (path == prefix or path.startswith(prefix + "/")) or "/../" in path + "/":
             return _plain(start_response, "404 Not Found", f"this server has {prefix} only\n")
+        if any(ch < " " or ch == "\x7f" for ch in path + environ.get("QUERY_STRING", "")):
+            # a NUL cannot go into git's environment: it was a 500
+            return _plain(start_response, "400 Bad Request",
+                          "a control character in the URL: no git path has one\n")
         push = path.endswith("/git-receive-pack") or \
             "service=git-receive-pack" in environ.get("QUERY_STRING", "")
         user = self.identify(environ)
@@ -195,7 +199,7 @@ class GitApp:
         env = {k: v for k, v in os.environ.items()
                if k not in IDENTITY_VARS and not k.startswith("HTTP_")}
         env.update({k: v for k, v in environ.items() if k.startswith("HTTP_") and
-                    k != "HTTP_AUTHORIZATION" and isinstance(v, str)})
+                    k != "HTTP_AUTHORIZATION" and isinstance(v, str) and "\0" not in v})
         env.update({
             "GIT_PROJECT_ROOT": os.path.dirname(self.hub), "GIT_HTTP_EXPORT_ALL": "1",
             "PATH_INFO": environ.get("PATH_INFO", ""), "REQUEST_METHOD":
