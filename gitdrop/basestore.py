@@ -106,6 +106,10 @@ class BaseStore:
         return self._write_all(ref, [(b, a, now) for b, a in ops], check, tries, False)
 
     def _write_all(self, ref, ops, check, tries, raise_first, recipe=None):
+        with writequeue.Using(self.path, ref):   # the room's files stay open meanwhile
+            return self._write_turn(ref, ops, check, tries, raise_first, recipe)
+
+    def _write_turn(self, ref, ops, check, tries, raise_first, recipe):
         room = ref.rpartition("/")[2]
         synced = []
         began = time.monotonic()

@@ -38,7 +38,7 @@ except ImportError:   # not POSIX: every writer writes for itself
     fcntl = mmap = None
 
 from .errors import GitdropError, Refusal
-from . import errors
+from . import errors, writequeue
 
 SLOTS, SIZE = 64, 16384
 FREE, ASKED, TAKEN, PENDING, DONE = range(5)
@@ -336,12 +336,28 @@ def for_ref(git_dir: str, ref: str) -> Slots | None:
     return _shared(git_dir, ref, ".slots", Slots)
 
 
+def forget(git_dir: str, ref: str) -> list:
+    """Take `ref`'s slots and briefs out of this process's cache (writequeue.Using,
+    once no write of the room runs here); returns what closes them."""
+    out = []
+    with _GUARD:
+        for suffix in (".slots", ".briefs"):
+            got = _OPEN.pop(_path(git_dir, ref, suffix), None)
+            if got is not None and got[0] == os.getpid() and got[1] is not None:
+                out += [got[1].map.close, lambda fd=got[1].fd: os.close(fd)]
+    return out
+
+
+def _path(git_dir: str, ref: str, suffix: str) -> str:
+    return os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + suffix)
+
+
 def _shared(git_dir: str, ref: str, suffix: str, kind):
     """This process's `kind` over `<hub>/gitdrop/queue/<ref><suffix>` (opened once
     per process; None where it cannot be: not POSIX, a read-only hub)."""
     if fcntl is None or mmap is None:
         return None
-    path = os.path.join(git_dir, "gitdrop", "queue", ref.replace("/", "%") + suffix)
+    path = _path(git_dir, ref, suffix)
     with _GUARD:
         got = _OPEN.get(path)
         if got is None or got[0] != os.getpid():
@@ -502,3 +518,6 @@ def _walk_from(author: str, text: str):
 
 def briefs_for(git_dir: str, ref: str) -> Briefs | None:
     return _shared(git_dir, ref, ".briefs", Briefs)
+
+
+writequeue.FORGET.append(forget)

