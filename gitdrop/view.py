@@ -129,6 +129,9 @@ class RoomView:
         return model.task_path(task_id, self.layout)
 
     def agent(self, agent_id: str) -> dict | None:
+        team, name = model.split_agent(str(agent_id))
+        if not (model.is_name(team) and model.is_name(name)):   # no file has that name
+            return None
         doc = self._doc("agent", self.agent_path(agent_id))
         return doc[0] if doc else None
 

@@ -165,12 +165,14 @@ ctx = typer.Context(top)
 
 
 def leaves(group, path):
+    out = []
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
         if hasattr(cmd, "list_commands"):
-            yield from leaves(cmd, path + [name])
+            out += leaves(cmd, path + [name])
         elif not set(path + [name]) & skip:
-            yield path + [name], cmd
+            out.append((path + [name], cmd))
+    return out
 
 
 FILL = {"to": "spartan", "name": "lobby", "task_id": "1", "agent": "spartan"}
@@ -193,8 +195,28 @@ def tries():
                 yield good + ([f"{o.opts[0]}={v}"] if v.startswith("-") else [o.opts[0], v])
 
 
+ONCE = {"work": ["--idle", "0", "--", "true"], "wait": ["--timeout", "0"]}
+WHO = json.loads(sys.argv[3])   # a few values for every command
+
+
+def as_anyone():
+    # Each hostile value as who acts (--as) and where (--room), before each command
+    # (the arguments filled with good ones; work and wait told not to wait).
+    for path, cmd in leaves(top, []) + [(["work"], top.get_command(ctx, "work")),
+                                        (["wait"], top.get_command(ctx, "wait"))]:
+        if path[0] in ONCE:
+            good = path + ONCE[path[0]]
+        else:
+            good = path + [FILL.get(p.name, "1") for p in cmd.params
+                           if p.param_type_name == "argument"]
+        for v in values:
+            if v in WHO:
+                yield ["--as", v] + good
+                yield ["--room", v] + good
+
+
 runs, bad = 0, []
-for argv in tries():
+for argv in list(tries()) + list(as_anyone()):
     out, err, code = io.StringIO(), io.StringIO(), 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -215,19 +237,22 @@ def test_every_command_answers_hostile_arguments_without_a_traceback(gd, hub, te
     of its options: a clear refusal (exit 2 to 5) or an answer, never exit 1.
     Found this way: init of a name too long or not UTF-8, task show and task graph
     of an id not UTF-8, verify of a room name never checked (verify ../hub read the
-    hub's branch), guard install and check with a --repo that is not there."""
+    hub's branch), guard install and check with a --repo that is not there, and
+    work acting as a name that is not UTF-8."""
     # Commands that serve, wait or ask are not one-shot; destroy removes the hub.
     skip = ["serve", "web", "watch", "board", "work", "wait", "demo", "http", "mcp",
             "autorespond", "destroy", "ask"]
     work = tmp_path / "cwd"
     work.mkdir()
+    who = ["", "../x", "a/b/c", "x" * 300, "\x01", "@", "\udcff"]
     p = subprocess.run([sys.executable, "-c", SWEEP, json.dumps(attacks.HOSTILE_ARGS),
-                        json.dumps(skip)], capture_output=True, text=True, cwd=work,
+                        json.dumps(skip), json.dumps(who)], capture_output=True, text=True,
+                       cwd=work,
                        env=dict(gd.env, GITDROP_AGENT="core/juno"), stdin=subprocess.DEVNULL,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.splitlines()[-1])
-    assert got["runs"] > 2000, got["runs"]
+    assert got["runs"] > 2500, got["runs"]
     assert not got["bad"], got["bad"][:5]
 
 

@@ -315,6 +315,38 @@ def test_the_cli_serves_and_stops_on_ctrl_c(hub, tmp_path):
     assert f"http://127.0.0.1:{port}/" in err
 
 
+@pytest.mark.parametrize("face", ["web", "serve"])
+def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
+        face, hub, tmp_path):
+    """--port 0 picks a free port: the address printed is the one served (it said
+    port 0); a port already taken is exit 2 naming it, not a server's log."""
+    import signal
+    import subprocess
+    from cli_helpers import ENTRY
+    g = Gitdrop(hub.path, str(tmp_path), agent="core/juno")
+    args = ["web"] if face == "web" else ["serve", "--transport", "http"]
+    p = subprocess.Popen([*ENTRY, *args, "--port", "0"], env=g.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        url = re.search(r"http://127\.0\.0\.1:(\d+)/\S*", line)
+        assert url and url.group(1) != "0", line
+        if face == "web":
+            assert httpx.get(url.group(0) + "r/lobby", timeout=10).status_code == 200
+        else:
+            r = httpx.post(url.group(0), timeout=10, json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}},
+                headers={"Accept": "application/json, text/event-stream"})
+            assert r.status_code == 200 and "gitdrop" in r.text, r.text[:300]
+        taken = g(*args, "--port", url.group(1), timeout=30)
+        assert taken.rc == 2 and f"cannot listen on 127.0.0.1:{url.group(1)}" in taken.err, taken
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=15)
+
+
 def test_a_big_dependency_graph_draws_the_linked_and_open_tasks_first():
     from gitdrop.web import charts
     nodes = [{"id": str(i), "title": f"t{i}", "state": s} for i, s in enumerate(

@@ -14,16 +14,20 @@ def web(s: Scope,
         host: Annotated[str, typer.Option(
             "--host", help="Address to bind. Off this machine (not a loopback address) "
             "every page needs a login.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8787):
+        port: Annotated[int, typer.Option(
+            "--port", min=0, max=65535, help="Port to listen on; 0 picks a free one.")] = 8787):
     """The web board of the hub's rooms, live: the board, tasks, agents, the log, charts;
     log in with a hub token (gitdrop token team/name) to answer, approve, reject and
     send as that agent. Runs until Ctrl-C."""
+    from ..transports.httpd import listen, url_host
     from ..web.app import is_loopback, make_app, server
     hub = s.hub.path   # opens the hub (or words what is missing) before anything is bound
     need = not is_loopback(host)
-    s.note(f"gitdrop: the web board of {hub} at http://{host}:{port}/"
+    sock = listen(host, port)   # bound first: the address printed is the one served
+    port = sock.getsockname()[1]
+    s.note(f"gitdrop: the web board of {hub} at http://{url_host(host)}:{port}/"
            + (" (every page needs a login)" if need else " (log in to act)"))
     try:
-        server(make_app(hub, require_login=need), host, port).run()
+        server(make_app(hub, require_login=need), host, port).run(sockets=[sock])
     except KeyboardInterrupt:
         pass

@@ -756,6 +756,21 @@ async def _run_stdio(server: GitdropServer) -> None:
         await low.run(read, write, low.create_initialization_options())
 
 
+async def _run_http(server: GitdropServer, host: str, port: int, what: str, tools: str):
+    """The SDK's run_streamable_http_async, on a socket bound first: the address
+    printed is the one served (--port 0 printed port 0), and one in use is a usage
+    error rather than uvicorn's log."""
+    import uvicorn
+    from ..transports.httpd import listen, url_host
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    sys.stderr.write(f"gitdrop: serving {what} at http://{url_host(host)}:{port}/mcp "
+                     f"(tools: {tools})\n")
+    config = uvicorn.Config(server.streamable_http_app(host=host), host=host, port=port,
+                            log_level=server.settings.log_level.lower())
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
 def _version() -> str:
     from .. import __version__
     return __version__
@@ -778,9 +793,7 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
             if box.transport == "stdio":
                 await _run_stdio(server)
             else:
-                sys.stderr.write(f"gitdrop: serving room {room} of {box.hub.path} at "
-                                 f"http://{host}:{port}/mcp (tools: {tools})\n")
-                await server.run_streamable_http_async(host=host, port=port)
+                await _run_http(server, host, port, f"room {room} of {box.hub.path}", tools)
         finally:
             push.stop()
             if reaper is not None:

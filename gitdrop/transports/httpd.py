@@ -302,6 +302,22 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
+def listen(host: str, port: int):
+    """A socket bound to host:port (0 picks a free port: getsockname() says which),
+    for a server that prints its address before it serves (gitdrop web, gitdrop serve)."""
+    import socket
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)   # a client may connect as soon as the address is printed
+    except OSError as e:  # in use, not an address of this machine, a privileged port
+        raise UsageError(f"cannot listen on {url_host(host)}:{port}: {e.strerror or e}",
+                         "pick another --port (0: any free one) or --host") from None
+    return sock
+
+
 def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
           tokens: bool = True, anonymous_read: bool = False, quiet: bool = False):
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
