@@ -244,9 +244,10 @@ def _lines(proc, until, timeout):
     """JSON lines of proc's stdout until one satisfies `until` (or the timeout)."""
     got, end, buf = [], time.monotonic() + timeout, b""
     fd = proc.stdout.fileno()
+    poll = select.poll()   # not select(): a test worker's descriptors may pass 1024
+    poll.register(fd, select.POLLIN)
     while time.monotonic() < end:
-        r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-        if not r:
+        if not poll.poll(max(0.0, end - time.monotonic()) * 1000):
             break
         chunk = os.read(fd, 65536)
         if not chunk:

@@ -133,8 +133,11 @@ def on_terminal(gd, *args, env=None, cols=100, timeout=60, stdout_tty=True):
     got = {out_m: b"", err_m: b""}
     open_ = set(got)
     deadline = time.monotonic() + timeout
+    poll = select.poll()   # not select(): a test worker's descriptors may pass 1024
+    for fd in open_:
+        poll.register(fd, select.POLLIN)
     while open_ and time.monotonic() < deadline:
-        ready, _, _ = select.select(list(open_), [], [], 0.1)
+        ready = [fd for fd, _ in poll.poll(100) if fd in open_]
         for fd in ready:
             try:
                 chunk = os.read(fd, 65536)
@@ -144,6 +147,7 @@ def on_terminal(gd, *args, env=None, cols=100, timeout=60, stdout_tty=True):
                 got[fd] += chunk
             else:
                 open_.discard(fd)
+                poll.unregister(fd)
         if p.poll() is not None and not ready:
             break
     rc = p.wait(timeout=10)
