@@ -30,17 +30,19 @@ def _subject_text(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def count_arg(what: str, value, least: int = 0) -> int:
-    """A whole number of at least `least` given for `what` (a count, an offset,
-    seconds), or a UsageError: a negative count read as "all but the last" or
-    "nothing yet", and a negative time as a moment already past."""
+def count_arg(what: str, value, least: int | None = 0) -> int:
+    """A whole number of at least `least` (None: any) given for `what` (a count, an
+    offset, seconds), or a UsageError: a negative count read as "all but the last"
+    or "nothing yet", and a negative time as a moment already past."""
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             value = int(str(value).strip())
         except ValueError:
             raise UsageError(f"{what} must be a whole number, not {str(value)[:40]!r}",
-                             f"give {what} as a number of at least {least}") from None
-    if value < least:
+                             f"give {what} as a number" + (f" of at least {least}"
+                                                           if least is not None else "")) \
+                from None
+    if least is not None and value < least:
         raise UsageError(f"{what} must be at least {least}, not {value}",
                          f"give {what} as a number of at least {least}")
     return value

@@ -236,7 +236,7 @@ def test_the_dependency_graph_of_10000_tasks_draws_what_a_person_can_read(huge):
     from gitdrop.web import charts
     server = Server(huge.path, notifier=False)
     try:
-        with server.client() as c:
+        with server.client(timeout=60) as c:   # 10,000 tasks: seconds on a busy machine
             res = c.get("/r/huge/charts/graph.svg")
     finally:
         server.stop()

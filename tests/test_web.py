@@ -42,7 +42,8 @@ class Server:
             time.sleep(0.02)
 
     def client(self, **kw):
-        return httpx.Client(base_url=self.url, timeout=5.0, **kw)
+        kw.setdefault("timeout", 5.0)
+        return httpx.Client(base_url=self.url, **kw)
 
     def stop(self):
         self.server.should_exit = True

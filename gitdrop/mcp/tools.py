@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing_extensions import NotRequired, TypedDict
 
 from .. import model, tokens
-from ..core import LEASE_TTL
+from ..core import LEASE_TTL, count_arg
 from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from ..opener import open_hub
 
@@ -384,11 +384,7 @@ def _contract(c: dict) -> Contract:
 
 
 def _as_int(value, what: str) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise UsageError(f"{what} must be a whole number, not {value!r}",
-                         f"give {what} as a number, e.g. 1") from None
+    return count_arg(what, value, None)
 
 
 def _int_id(value, what: str) -> str:
