@@ -383,5 +383,8 @@ class BaseStore:
             oid = self._native_commit(tree, parents, name, email, when, message)
         known = getattr(self.reader, "_commits", None)
         if known is not None:   # the next operation builds on it: no need to read it back
-            known[oid] = CommitData(oid, tree, parents, name, email, when, message)
+            made = known[oid] = CommitData(oid, tree, parents, name, email, when, message)
+            # What the check parsed of its message, kept: the next operations' walks
+            # back ask it of this commit (a parse each, inside the room's turn).
+            made._parsed, made._op, made.rcpt = proposed._parsed, proposed._op, proposed.rcpt
         return oid, result, op or "write"

@@ -115,7 +115,10 @@ class RoomView:
 
     @property
     def settings(self) -> dict:
-        return model.settings(self.room)
+        got = self._cache.get("settings")
+        if got is None:   # asked several times by every check: read, never changed
+            got = self._cache["settings"] = model.settings(self.room)
+        return got
 
     @property
     def layout(self) -> int:
@@ -129,11 +132,15 @@ class RoomView:
         return model.task_path(task_id, self.layout)
 
     def agent(self, agent_id: str) -> dict | None:
+        key = ("a", agent_id)
+        if key in self._cache:   # a check asks for the sender and recipients more than once
+            return self._cache[key]
         team, name = model.split_agent(str(agent_id))
         if not (model.is_name(team) and model.is_name(name)):   # no file has that name
             return None
         doc = self._doc("agent", self.agent_path(agent_id))
-        return doc[0] if doc else None
+        got = self._cache[key] = doc[0] if doc else None
+        return got
 
     def teams_here(self) -> list[str]:
         """The teams with a directory of agents in the room."""
