@@ -103,7 +103,7 @@ class CatFile:
         if kind != "commit":
             raise KeyError(oid)
         head, _, message = data.partition(b"\n\n")
-        tree, parents, author, email, when = "", [], "", "", 0
+        tree, parents, author, email, when, encoding = "", [], "", "", 0, ""
         for line in head.split(b"\n"):
             key, _, val = line.partition(b" ")
             if key == b"tree":
@@ -115,10 +115,13 @@ class CatFile:
                 author, email = name, rest.partition(">")[0]
             elif key == b"committer":
                 when = int(val.rsplit(b" ", 2)[-2])
+            elif key == b"encoding":
+                encoding = val.decode("utf-8", "surrogateescape")
         # surrogateescape: bytes that are not UTF-8 stay visible to the rules,
         # which refuse them (a replacement character would hide them)
         c = CommitData(oid, tree, parents, author, email, when,
                        message.decode("utf-8", "surrogateescape"))
+        c.encoding = encoding
         self._commits[oid] = c
         return c
 

@@ -796,8 +796,13 @@ class _TextReader:
 
 def no_hub(path: str) -> NotFound:
     what = "is not a gitdrop hub" if os.path.exists(path) else "does not exist"
+    try:
+        path.encode()
+        named = True
+    except UnicodeEncodeError:   # init refuses such a path: do not suggest it
+        named = False
     return NotFound(f"no such hub: {path} {what}",
                     f"point --hub (or GITDROP_HUB) at a hub, or create one: gitdrop init {path}"
-                    if what == "does not exist" else
+                    if what == "does not exist" and named else
                     "point --hub (or GITDROP_HUB) at a hub, or create one in a new "
                     "directory: gitdrop init PATH")

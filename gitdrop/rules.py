@@ -128,10 +128,11 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
                 f"{s['max_message']} of text plus {MESSAGE_EXTRA} for subject and trailers",
                 "shorten the message; put long text in a task's body or a context note "
                 "that fits the room's max_file")
-    bad = bad_text(c.message)
+    bad = bad_text(c.message) or bad_encoding(c)
     if bad:
         _refuse("format", c, f"the commit message {bad}", "send plain UTF-8 text "
-                "(tabs and newlines are fine; no NUL or other control characters)")
+                "(tabs and newlines are fine; no NUL or other control characters; no "
+                "encoding header: git config --unset i18n.commitEncoding)")
     for ch in changes:
         if ch.new is None:
             continue
@@ -198,6 +199,17 @@ def bad_text(text: str) -> str:
             return f"is not valid UTF-8 (at character {i})"
         if (ch < " " and ch not in "\n\t\r") or ch == "\x7f":
             return f"contains the control character {ch!r} (at character {i})"
+    return ""
+
+
+def bad_encoding(c) -> str:
+    """What is wrong with a commit's `encoding` header ("" if nothing). Every reader
+    of a room takes its messages as UTF-8; git log, and pygit2, transcode from the
+    declared one: a message declared UTF-7 read as other text, other trailers
+    included, than the rules checked."""
+    enc = getattr(c, "encoding", "") or ""
+    if enc and enc.strip().lower() not in ("utf-8", "utf8"):
+        return f"declares the encoding {enc[:40]!r}; messages are read as UTF-8"
     return ""
 
 

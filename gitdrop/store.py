@@ -50,8 +50,14 @@ class Reader:
         c = self._commits.get(oid)
         if c is None:
             obj = self.repo[oid]
+            # The bytes as the hook reads them (catfile): pygit2's .message and .name
+            # decode by the commit's encoding header, so a commit declaring UTF-7
+            # read one way at receipt and another here.
             c = CommitData(oid, str(obj.tree_id), [str(p) for p in obj.parent_ids],
-                           obj.author.name, obj.author.email, obj.commit_time, obj.message)
+                           obj.author.raw_name.decode("utf-8", "surrogateescape"),
+                           obj.author.raw_email.decode("utf-8", "surrogateescape"),
+                           obj.commit_time, obj.raw_message.decode("utf-8", "surrogateescape"))
+            c.encoding = obj.message_encoding or ""
             if len(self._commits) > 50000:
                 self._commits.clear()
             self._commits[oid] = c

@@ -10,13 +10,14 @@ from . import fmt, model
 
 class CommitData:
     __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
-                 "_parsed", "_op", "rcpt", "brief")
+                 "_parsed", "_op", "rcpt", "brief", "encoding")
 
     def __init__(self, oid, tree, parents, author, email, time, message):
         self.oid, self.tree, self.parents = oid, tree, parents
         self.author, self.email, self.time, self.message = author, email, time, message
         # Kept by rules once worked out: every walk back to a read cursor asks again.
         self._parsed = self._op = self.rcpt = self.brief = None
+        self.encoding = ""   # its `encoding` header, if it has one (rules.check refuses it)
 
     @property
     def parsed(self):

@@ -45,6 +45,9 @@ BAD_TEXTS = [
     "bell \x07",
 ]
 BAD_UTF8 = b"caf\xe9 \xff\xfe"   # not UTF-8: gave a traceback
+# Plain ASCII that decodes, as the UTF-7 its commit declares, to other trailers:
+# "Gitdrop-To: core/kai" at receipt, "Gitdrop-To: all" in pygit2 and git log.
+UTF7_MESSAGE = b"hi\n\nGitdrop-To: core/kai\nX: +AAoACg-Gitdrop-To: all\n"
 
 # TOML headers that TOML itself forbids or reads otherwise.
 BAD_TOML_HEADERS = [

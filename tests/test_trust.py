@@ -274,15 +274,16 @@ def gd_entry():
     return ENTRY
 
 
-def push_message(c, message: bytes):
+def push_message(c, message: bytes, headers: bytes = b""):
     """Push a commit whose message is `message`, byte for byte (written with
-    hash-object: git commit would re-encode bytes that are not UTF-8)."""
+    hash-object: git commit would re-encode bytes that are not UTF-8), with any
+    extra `headers` after the committer line."""
     c.pull()
     head = c.head()
     tree = git("rev-parse", "HEAD^{tree}", cwd=c.path).stdout.strip()
     who = f"core/juno <j@example.org> {int(time.time())} +0000".encode()
-    raw = b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n" % (
-        tree.encode(), head.encode(), who, who) + message
+    raw = b"tree %s\nparent %s\nauthor %s\ncommitter %s\n%s\n" % (
+        tree.encode(), head.encode(), who, who, headers) + message
     oid = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"], input=raw,
                          cwd=c.path, capture_output=True).stdout.decode().strip()
     p = git("push", "origin", f"{oid}:refs/heads/rooms/{c.room}", cwd=c.path, check=False)
@@ -298,6 +299,26 @@ def test_push_refuses_bad_or_huge_messages(hub, team, clone, message):
     ok, err = push_message(c, message)
     assert not ok and refused_rule(err) in ("format", "size-limit"), err
     assert tips(hub) == before
+
+
+def test_a_message_declaring_another_encoding_is_refused(hub, team, clone):
+    """git log and pygit2 transcode a message from its `encoding` header; the hook
+    and every reader take the bytes as UTF-8. Declared UTF-7, this message was
+    accepted as one to core/kai and read back as one to all."""
+    c = clone("core/juno")
+    before = tips(hub)
+    ok, err = push_message(c, attacks.UTF7_MESSAGE, b"encoding UTF-7\n")
+    assert not ok and refused_rule(err) == "format" and "UTF-7" in err, err
+    assert "i18n.commitEncoding" in err and tips(hub) == before
+    ok, err = push_message(c, b"hi\n\nGitdrop-To: core/kai\n", b"encoding UTF-8\n")
+    assert ok, err   # what it says is what it is
+    from gitdrop import hubrules
+    from gitdrop.view import CommitData
+    c = CommitData("", None, [], "core/juno", "", 0, "team core\n")
+    c.encoding = "UTF-7"
+    with pytest.raises(Refusal) as e:
+        hubrules.check(hub.store.reader, c, [])
+    assert e.value.rule == "format" and "encoding" in e.value.reason
 
 
 @pytest.mark.parametrize("mode", ["100755", "120000"])
@@ -514,6 +535,9 @@ def test_a_path_that_is_not_a_hub_is_not_written(tmp_path):
         assert (sorted(os.listdir(target)) if target.exists() else None) == before
     r = Gitdrop(str(folder), str(home))("init", str(folder), "--json")
     assert r.rc == 2 and sorted(os.listdir(folder)) == ["passwd"], r
+    # a hub path init would refuse (not UTF-8) is not what the fix tells to run
+    doc = hubmod.no_hub(os.fsdecode(os.fsencode(str(tmp_path)) + b"/\xff.git")).fix
+    assert "gitdrop init PATH" in doc and "\udcff" not in doc, doc
     with pytest.raises(NotFound):
         hubmod.Hub(str(folder))
     # the built-in default is made on first use, and init makes one anywhere new
