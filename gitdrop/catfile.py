@@ -26,6 +26,10 @@ class CatFile:
         self._walks = None
 
     @property
+    def git_dir(self) -> str:
+        return self._git_dir
+
+    @property
     def walks(self):
         """The hub's memo of walks to read cursors (gitdrop.walkmemo), read on
         first need; the hook adds to it in memory only."""

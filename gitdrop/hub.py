@@ -243,7 +243,7 @@ class Hub:
                                      f"(lead {model.short(lead)})", "", [("op", op)])
             # the hub branch has its own small rule set: run it as the hook would
             proposed = CommitData("", None, [tip], author, "", self.clock(), msg)
-            hubrules.check(_TextReader({"old": text, "new": new}), proposed,
+            hubrules.check(_TextReader({"old": text, "new": new}, view.names("teams")), proposed,
                            [(path, "old" if prev else None, "new")])
             return {path: new}, msg, {}
         self.store.write(model.HUB_REF, build, author, now=self.clock(), check=False)
@@ -302,6 +302,7 @@ class Hub:
         if self.store.tip(self.store.room_ref(name)) or \
                 self.store.tip(model.ARCHIVE_PREFIX + name):
             raise Refusal("format", f"room {name!r} already exists", "pick another name")
+        hubrules.check_room_case(self.store.path, name)
         teams = list(dict.fromkeys(t for t in teams if t))
         leads = {}
         for t in teams:  # a member team has a lead: it signs, reviews and gets every message
@@ -787,8 +788,8 @@ class Hub:
 class _TextReader:
     """Lets the hub rules read proposed text as if it were blobs."""
 
-    def __init__(self, texts):
-        self.texts = texts
+    def __init__(self, texts, team_files=()):
+        self.texts, self.team_files = texts, list(team_files)
 
     def blob_text(self, key):
         return self.texts.get(key) if key else None

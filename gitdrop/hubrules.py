@@ -5,7 +5,7 @@ push may not touch.
 A push may create a team (as its lead, or as a hub admin `hub/<name>`) or change
 one (as its current lead), one team per commit."""
 
-from . import fmt, model
+from . import fmt, model, wal
 from .errors import Refusal
 
 TEAM_FIELDS = {"name": "", "lead": "", "members": [], "created": 0}
@@ -84,6 +84,12 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("format", c, f"members of team {team} are {team}/<name>, not "
                 f"{', '.join(bad[:3])}", f"list only agents of team {team} (team/name)")
     if old is None:
+        twin = model.case_twin(f"{team}.toml", _team_files(reader, c))
+        if twin:
+            _refuse("format", c, f"team {team!r} differs from team {twin[:-5]!r} only in case; "
+                    "on a case-insensitive file system (macOS, Windows) they are one "
+                    "directory of every room", f"join team {twin[:-5]!r}, or pick a name that "
+                    "differs in more than case")
         if c.author != doc["lead"] and not model.is_hub_identity(c.author):
             _refuse("lead-only", c, f"team {team} is created by its lead {doc['lead']} "
                     f"(or the hub's operator), not {c.author}",
@@ -94,6 +100,14 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("lead-only", c, f"only {prev['lead']} (the lead of team {team}) changes it",
                 f"ask {prev['lead']}")
     return "team-update"
+
+
+def _team_files(reader, c) -> list[str]:
+    """The names in teams/ before `c` (a reader of proposed text gives them)."""
+    got = getattr(reader, "team_files", None)
+    if got is not None:
+        return got
+    return reader.list_dir(reader.commit(c.parent).tree, "teams") if c.parents else []
 
 
 def _team(c, text):
@@ -113,14 +127,31 @@ def _team(c, text):
 
 def check_new_room(reader, room: str) -> None:
     """A push may not bring back an archived room under its old name (the hook's
-    reader resolves ref names; a reader that cannot, finds nothing)."""
+    reader resolves ref names; a reader that cannot, finds nothing), nor make a
+    room whose name differs from another's in case alone."""
     try:
         reader.commit(model.ARCHIVE_PREFIX + room)
     except (KeyError, ValueError, TypeError):
+        check_room_case(getattr(reader, "git_dir", ""), room)
         return
     raise Refusal("format", f"room {room!r} is archived; a push cannot re-create it",
                   f"ask a lead to restore it on the hub (gitdrop room restore {room})",
                   commit=f"refs/heads/rooms/{room}")
+
+
+def check_room_case(git_dir: str, room: str) -> None:
+    """Refuse a new room named as an active or archived one but for case: a hub on
+    macOS or Windows keeps both refs in one file, and the second room's writes
+    would land on the first's branch."""
+    if not git_dir:
+        return
+    twin = model.case_twin(room, wal.ref_names(git_dir, model.ROOM_PREFIX)
+                           + wal.ref_names(git_dir, model.ARCHIVE_PREFIX))
+    if twin:
+        raise Refusal("format", f"room {room!r} differs from room {twin!r} only in case; on "
+                      "a case-insensitive file system (macOS, Windows) they are one branch",
+                      f"use room {twin!r}, or pick a name that differs in more than case",
+                      commit=f"refs/heads/rooms/{room}")
 
 
 def registry(reader, hub: str = model.HUB_REF) -> dict | None:

@@ -76,6 +76,17 @@ DEFAULT_SETTINGS = {
 _NAMES: dict = {}   # name -> is_name: the same few names are checked many times a write
 
 
+def case_twin(name: str, names) -> str:
+    """The one of `names` that differs from `name` in case alone ("" if none): on a
+    case-insensitive file system (macOS, Windows) the two are one file, or one ref,
+    so a checkout or a hub there would mix them up."""
+    folded = name.casefold()
+    for other in names:
+        if other != name and other.casefold() == folded:
+            return other
+    return ""
+
+
 def is_name(s: str) -> bool:
     if not isinstance(s, str) or len(s) > NAME_RE.longest:
         return False   # and not remembered: a caller's megabyte of text stays theirs

@@ -152,6 +152,7 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     # a commit made by hand without one has its operation read from its diff.
     if c.op != "room-layout":
         _check_paths(before, c, changes)
+    _check_case(before, c, changes)
     op = c.op or infer(before, c, changes)
     if ctx.pusher and c.author != ctx.pusher:
         _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
@@ -180,6 +181,29 @@ def _check_paths(before, c, changes):
                     f"(layout {before.layout}, see docs/PROTOCOL.md): it belongs at {right}",
                     f"fetch the room (git pull --rebase), move the file (git mv {ch.path} "
                     f"{right}) and push again")
+
+
+def _check_case(before, c, changes):
+    """A new file, or a new directory on its path, may not differ from one beside it
+    in case alone (agents/core/Juno.toml beside juno.toml): a checkout on a
+    case-insensitive file system (macOS, Windows) makes them one file."""
+    for ch in changes:
+        if ch.old is not None or ch.new is None or before.tree is None:
+            continue
+        parts = ch.path.split("/")
+        for i, part in enumerate(parts):
+            here = "/".join(parts[:i])
+            names = before.names(here)
+            if part in names:
+                continue   # there already: nothing new at this level
+            twin = model.case_twin(part, names)
+            if twin:
+                there = f"{here}/{twin}" if here else twin
+                _refuse("format", c, f"{ch.path} differs from {there} only in case; a "
+                        "checkout on a case-insensitive file system (macOS, Windows) makes "
+                        "them one", f"use the existing name ({twin}), or pick one that "
+                        "differs in more than case")
+            break   # the rest of the path is new too: nothing beside it
 
 
 MESSAGE_EXTRA = 4096   # bytes a commit message may have beyond max_message: subject, trailers
@@ -277,6 +301,13 @@ def _check_register(before, c, changes, ctx, op):
     new = _doc(c, ch, "new")[0]
     if new["id"] != ch.key:
         _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")
+    # Beside the file check (_check_case): names are spread over buckets by their
+    # bytes, so core/Kai's file is not beside core/kai's, but readers take one for the other.
+    twin = model.case_twin(ch.key, before.agent_ids(team))
+    if twin:
+        _refuse("format", c, f"{ch.key} differs from {twin}, registered here, only in case",
+                f"register as {twin} if that is you, or pick a name that differs in more "
+                "than case")
     _check_agent_caps(before, c, new)
     if new["cursor"] != c.parent:
         _refuse("format", c, "a new agent's cursor must be the room tip it registered at "

@@ -35,6 +35,10 @@ class Reader:
         self._walks = False
 
     @property
+    def git_dir(self) -> str:
+        return self.repo.path
+
+    @property
     def walks(self):
         """Memo of the walks back to read cursors (rules, inbox), kept in the hub
         between processes (gitdrop.walkmemo); loaded when first needed."""

@@ -782,6 +782,26 @@ def read_ref(git_dir: str, ref: str) -> str:
     return ""
 
 
+def ref_names(git_dir: str, prefix: str) -> list[str]:
+    """The names of the refs under `prefix` (e.g. refs/heads/rooms/), loose or packed."""
+    out = set()
+    top = os.path.join(git_dir, prefix)
+    for d, _dirs, files in os.walk(top):
+        for f in files:
+            if not f.endswith(".lock"):
+                out.add(os.path.relpath(os.path.join(d, f), top).replace(os.sep, "/"))
+    try:
+        with open(os.path.join(git_dir, "packed-refs"), "rb") as f:
+            want = b" " + prefix.encode()
+            for line in f:
+                at = line.find(want)
+                if at > 0 and not line.startswith((b"#", b"^")):
+                    out.add(line[at + len(want):].rstrip(b"\n").decode("utf-8", "replace"))
+    except FileNotFoundError:
+        pass
+    return sorted(out)
+
+
 def is_oid(value: str) -> bool:
     """A full object id (SHA-1 or SHA-256), as git writes it in a ref."""
     return len(value) in (40, 64) and not value.strip("0123456789abcdef")

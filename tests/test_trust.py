@@ -448,6 +448,38 @@ def test_a_pushed_room_with_made_up_leads_is_refused(hub, tmp_path):
                ).returncode == 0
 
 
+def test_a_name_that_differs_from_another_in_case_alone_is_refused(gd, hub, team, clone,
+                                                                   tmp_path):
+    """On macOS or Windows, Lobby and lobby are one ref file, and agents/core/Juno.toml
+    and juno.toml one file of a checkout: each door refuses the second name."""
+    hub.register_team("core", "core/juno")
+    before = tips(hub)
+    with pytest.raises(Refusal) as e:   # a room, by the hub
+        hub.create_room("hub/admin", "LOBBY")
+    assert e.value.rule == "format" and "'lobby'" in e.value.reason and e.value.fix
+    path = _root_room_commit(tmp_path, "Lobby", "core/juno", {"core": "core/juno"}, ["core"])
+    p = git("push", hub.path, "HEAD:refs/heads/rooms/Lobby", cwd=path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "format", p.stderr   # by a push
+    assert "only in case" in p.stderr
+    with pytest.raises(Refusal) as e:   # a team, on the hub branch
+        hub.register_team("Core", "Core/boss")
+    assert e.value.rule == "format" and "'core'" in e.value.reason
+    r = gd("register", "core/Kai")   # an agent, from the command line
+    assert r.rc == 3 and "only in case" in r.err and "core/kai," in r.err, r
+    c = clone("core/juno")   # a context key, by a push
+    os.makedirs(os.path.join(c.path, "context"), exist_ok=True)
+    for name, ok in (("notes.md", True), ("NOTES.md", False)):
+        with open(os.path.join(c.path, "context", name), "w") as f:
+            f.write("what we agreed\n")
+        git("add", "-A", cwd=c.path)
+        git("commit", "-q", "-m", "notes\n\nGitdrop-Op: context-set", cwd=c.path)
+        pushed, err = c.push()
+        assert pushed == ok, err
+    assert refused_rule(err) == "format" and "context/notes.md" in err, err
+    assert [t for t in tips(hub).splitlines() if "Lobby" in t or "LOBBY" in t] == []
+    assert "refs/heads/hub" in before
+
+
 def test_a_pushed_room_by_someone_else_than_the_pusher_is_refused(hub, tmp_path):
     """Over an authenticated transport the room-create commit is no exception."""
     hub.register_team("core", "core/juno")
