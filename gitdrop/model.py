@@ -80,9 +80,9 @@ def case_twin(name: str, names) -> str:
     """The one of `names` that differs from `name` in case alone ("" if none): on a
     case-insensitive file system (macOS, Windows) the two are one file, or one ref,
     so a checkout or a hub there would mix them up."""
-    folded = name.casefold()
+    folded, n = name.casefold(), len(name)   # ASCII names: a twin has the same length
     for other in names:
-        if other != name and other.casefold() == folded:
+        if len(other) == n and other != name and other.casefold() == folded:
             return other
     return ""
 
