@@ -332,15 +332,25 @@ def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
         line = p.stderr.readline()
         url = re.search(r"http://127\.0\.0\.1:(\d+)/\S*", line)
         assert url and url.group(1) != "0", line
+        # Under another name (DNS rebinding: a web page's own name made to resolve to
+        # 127.0.0.1), neither answers: the page would read the board, or call tools.
+        rebound = {"Host": f"evil.example:{url.group(1)}"}
         if face == "web":
             assert httpx.get(url.group(0) + "r/lobby", timeout=10).status_code == 200
+            r = httpx.get(url.group(0) + "r/lobby", timeout=10, headers=rebound)
+            assert r.status_code == 421 and "Build the users API" not in r.text, r.text
+            assert "answers to" in r.text
         else:
-            r = httpx.post(url.group(0), timeout=10, json={
-                "jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "0"}}},
-                headers={"Accept": "application/json, text/event-stream"})
-            assert r.status_code == 200 and "gitdrop" in r.text, r.text[:300]
+            for headers in ({}, rebound):
+                r = httpx.post(url.group(0), timeout=10, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "0"}}},
+                    headers={"Accept": "application/json, text/event-stream", **headers})
+                if not headers:
+                    assert r.status_code == 200 and "gitdrop" in r.text, r.text[:300]
+                else:
+                    assert r.status_code == 421 and "gitdrop" not in r.text, r.text[:300]
         taken = g(*args, "--port", url.group(1), timeout=30)
         assert taken.rc == 2 and f"cannot listen on 127.0.0.1:{url.group(1)}" in taken.err, taken
     finally:
@@ -358,6 +368,27 @@ def test_a_big_dependency_graph_draws_the_linked_and_open_tasks_first():
     assert sorted(drawn) == ["0", "1", "2", "5"]   # the linked ones, then an open one
     assert svg.count('class="edge"') == 2 and "… 2 more tasks not drawn" in svg
     assert "more tasks not drawn" not in charts.graph_svg(g, "/r/x")
+
+
+def test_a_board_without_login_answers_only_to_this_machine_by_name(web, hub):
+    from gitdrop.web.app import host_of
+    with web.client() as c:
+        for host in (f"127.0.0.1:{web.port}", f"localhost:{web.port}", "[::1]:8787"):
+            assert c.get("/r/lobby", headers={"Host": host}).status_code == 200, host
+        for host in ("evil.example", f"evil.example:{web.port}", "127.0.0.1.evil.example",
+                     "", "[::1", "localhost.:80"):
+            r = c.get("/r/lobby", headers={"Host": host})
+            assert r.status_code == 421 and "Build the users API" not in r.text, (host, r.text)
+        r = c.get("/r/lobby/events", headers={"Host": "evil.example"})
+        assert r.status_code == 421
+    assert host_of("[::1]:80") == "::1" and host_of("LocalHost:1") == "localhost"
+    s = Server(hub.path, require_login=True)   # off this machine: the login protects it
+    try:
+        with s.client() as c:
+            r = c.get("/r/lobby", headers={"Host": "board.example.org"})
+            assert r.status_code == 401 and "Build the users API" not in r.text
+    finally:
+        s.stop()
 
 
 def test_hostile_requests_get_an_answer_not_a_server_error(web, hub):

@@ -20,14 +20,17 @@ def web(s: Scope,
     log in with a hub token (gitdrop token team/name) to answer, approve, reject and
     send as that agent. Runs until Ctrl-C."""
     from ..transports.httpd import listen, url_host
-    from ..web.app import is_loopback, make_app, server
+    from ..web.app import LOOPBACK, is_loopback, make_app, server
     hub = s.hub.path   # opens the hub (or words what is missing) before anything is bound
     need = not is_loopback(host)
     sock = listen(host, port)   # bound first: the address printed is the one served
     port = sock.getsockname()[1]
     s.note(f"gitdrop: the web board of {hub} at http://{url_host(host)}:{port}/"
            + (" (every page needs a login)" if need else " (log in to act)"))
+    from .. import pauses
+    pauses.keep_short()   # it serves for hours: see gitdrop.pauses
     try:
-        server(make_app(hub, require_login=need), host, port).run(sockets=[sock])
+        server(make_app(hub, require_login=need, hosts=LOOPBACK + (host,)), host, port
+               ).run(sockets=[sock])
     except KeyboardInterrupt:
         pass

@@ -20,6 +20,7 @@ import time
 import urllib.parse
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -33,6 +34,7 @@ from ..errors import GitdropError, NotFound, Refusal, UsageError
 from . import charts, pages
 
 COOKIE = "gitdrop_session"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")   # the names a board without login answers to
 SESSION_SECONDS = 12 * 3600
 WATCHER = "hub/web"        # the notifier's subscriber id: nobody commits as it
 KEEPALIVE = 15.0           # seconds between SSE comments while nothing lands
@@ -122,9 +124,10 @@ class Board:
 
 
 def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = None,
-             notifier: bool = True) -> Starlette:
+             notifier: bool = True, hosts=LOOPBACK) -> Starlette:
     """The web board of the hub at `hub_path`. `require_login`: every page needs a
-    login (for a board bound to an address other machines reach)."""
+    login (for a board bound to an address other machines reach). Without it, the
+    board answers only requests addressed to one of `hosts` (see HostGuard)."""
     b = Board(hub_path, require_login, secret)
 
     def who(request):
@@ -487,9 +490,46 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
             if b.notifier is not None:
                 b.notifier.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    guard = [] if require_login else [Middleware(HostGuard, hosts=hosts)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=guard)
     app.state.board = b
     return app
+
+
+class HostGuard:
+    """A board that reads without a login (bound to this machine) answers only
+    requests addressed to this machine by name (the Host header). Otherwise any web
+    page the user opens could read it: its name made to resolve to 127.0.0.1 (DNS
+    rebinding), the browser takes the board for the page's own site."""
+
+    def __init__(self, app, hosts=LOOPBACK):
+        self.app, self.hosts = app, {h.lower() for h in hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            raw = dict(scope.get("headers") or []).get(b"host", b"")
+            host = host_of(raw.decode("latin-1"))
+            if host not in self.hosts:
+                shown = raw.decode("latin-1")[:80]
+                body = (f"this board answers to {', '.join(sorted(self.hosts))} only, not "
+                        f"{shown!r}: open it at the address gitdrop web printed (a page that "
+                        "reached it by another name may be reading it for someone else)\n"
+                        ).encode()
+                await send({"type": "http.response.start", "status": 421,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def host_of(header: str) -> str:
+    """The name in a Host header, without its port ([::1]:8787 -> ::1)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        inside, bracket, _ = header[1:].partition("]")
+        return inside if bracket else header
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
 def is_loopback(host: str) -> bool:
@@ -500,14 +540,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def serve(hub_path: str, host: str = "127.0.0.1", port: int = 8787, log_level: str = "warning"):
-    """Run the board until interrupted (every page needs a login off loopback)."""
-    from .. import pauses
-    pauses.keep_short()
-    server(make_app(hub_path, require_login=not is_loopback(host)), host, port,
-           log_level).run()
 
 
 def server(app, host: str, port: int, log_level: str = "warning"):
