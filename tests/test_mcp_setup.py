@@ -297,6 +297,31 @@ def test_the_gitdrop_http_command_serves_a_clone_to_a_login(hub, tmp_path):
         proc.stderr.close()
 
 
+def test_anonymous_reads_on_loopback_answer_only_to_this_machine_by_name(hub, tmp_path):
+    """A web page whose own name resolves to 127.0.0.1 (DNS rebinding) would read the
+    hub through the browser: without a login, only 127.0.0.1, localhost and [::1]."""
+    import threading
+    import urllib.error
+    import urllib.request
+    from gitdrop.transports import httpd
+    srv = httpd.serve(hub.path, "127.0.0.1", 0, tokens=False, anonymous_read=True, quiet=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_port
+        url = f"http://127.0.0.1:{port}/hub.git/info/refs?service=git-upload-pack"
+        ok = urllib.request.urlopen(url, timeout=10).read()
+        assert b"refs/heads/rooms/lobby" in ok
+        assert git("ls-remote", f"http://localhost:{port}/hub.git").returncode == 0
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+            req = urllib.request.Request(url, headers={"Host": host})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=10)
+            assert e.value.code == 421 and b"rooms" not in e.value.read(), host
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_gitdrop_http_binds_loopback_and_refuses_a_public_address_nobody_logs_in_to(
         hub, tmp_path):
     from gitdrop.errors import UsageError

@@ -371,7 +371,7 @@ def test_a_big_dependency_graph_draws_the_linked_and_open_tasks_first():
 
 
 def test_a_board_without_login_answers_only_to_this_machine_by_name(web, hub):
-    from gitdrop.web.app import host_of
+    from gitdrop.transports.httpd import host_of
     with web.client() as c:
         for host in (f"127.0.0.1:{web.port}", f"localhost:{web.port}", "[::1]:8787"):
             assert c.get("/r/lobby", headers={"Host": host}).status_code == 200, host

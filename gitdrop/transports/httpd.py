@@ -124,8 +124,12 @@ class GitApp:
     """The WSGI app: authenticate, then hand the request to git http-backend."""
 
     def __init__(self, hub: str, users: str = "", tokens: bool = True,
-                 anonymous_read: bool = False):
+                 anonymous_read: bool = False, hosts=None):
         self.hub = os.path.realpath(hub)
+        # Bound to this machine, a read without a login answers only requests addressed
+        # to it by name: a web page whose name resolves to 127.0.0.1 (DNS rebinding)
+        # would otherwise read the hub through the browser. None: any name.
+        self.hosts = None if hosts is None else {h.lower() for h in hosts}
         if not os.path.exists(os.path.join(self.hub, "HEAD")):
             raise NotFound(f"no hub at {self.hub}", "pass the path of a hub (gitdrop init "
                            "PATH makes one)")
@@ -175,6 +179,11 @@ class GitApp:
             return _plain(start_response, "401 Unauthorized",
                           "log in as your agent (team/name) with its password or token\n",
                           [("WWW-Authenticate", 'Basic realm="gitdrop"')])
+        if not user and self.hosts is not None and \
+                host_of(environ.get("HTTP_HOST", "")) not in self.hosts:
+            return _plain(start_response, "421 Misdirected Request",
+                          f"without a login this server answers to {', '.join(sorted(self.hosts))}"
+                          " only: use the URL it printed, or log in\n")
         body = tempfile.TemporaryFile()
         try:
             length = self._read_body(environ, body)
@@ -297,6 +306,18 @@ def check_bind(host: str, users: str, tokens: bool, anonymous_read: bool) -> lis
     return warnings
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")   # names of this machine in a Host header
+
+
+def host_of(header: str) -> str:
+    """The name in a Host header, without its port ([::1]:8787 -> ::1)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        inside, bracket, _ = header[1:].partition("]")
+        return inside if bracket else header
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
 def url_host(host: str) -> str:
     """The host as it goes in a URL (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
@@ -323,7 +344,8 @@ def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
     if not shutil.which("git"):
         raise NotFound("git is not on PATH", "install git")
-    app = GitApp(hub, users, tokens, anonymous_read)
+    app = GitApp(hub, users, tokens, anonymous_read,
+                 LOOPBACK + (host.strip("[]"),) if is_local(host) else None)
     handler = type("Handler", (_Handler,), {"quiet": quiet})
     try:
         return make_server(host, port, app, server_class=Server, handler_class=handler)

@@ -29,12 +29,12 @@ from starlette.routing import Route
 from .. import board as boardmod
 from .. import events as eventsmod
 from .. import model, tokens
+from ..transports.httpd import LOOPBACK, host_of
 from ..core import by_short_name
 from ..errors import GitdropError, NotFound, Refusal, UsageError
 from . import charts, pages
 
 COOKIE = "gitdrop_session"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")   # the names a board without login answers to
 SESSION_SECONDS = 12 * 3600
 WATCHER = "hub/web"        # the notifier's subscriber id: nobody commits as it
 KEEPALIVE = 15.0           # seconds between SSE comments while nothing lands
@@ -521,15 +521,6 @@ class HostGuard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
-
-
-def host_of(header: str) -> str:
-    """The name in a Host header, without its port ([::1]:8787 -> ::1)."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        inside, bracket, _ = header[1:].partition("]")
-        return inside if bracket else header
-    return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
 def is_loopback(host: str) -> bool:
