@@ -19,10 +19,10 @@ def web(s: Scope,
     """The web board of the hub's rooms, live: the board, tasks, agents, the log, charts;
     log in with a hub token (gitdrop token team/name) to answer, approve, reject and
     send as that agent. Runs until Ctrl-C."""
-    from ..transports.httpd import listen, url_host
-    from ..web.app import LOOPBACK, is_loopback, make_app, server
+    from ..transports.httpd import LOOPBACK, is_local, listen, url_host
+    from ..web.app import make_app, server
     hub = s.hub.path   # opens the hub (or words what is missing) before anything is bound
-    need = not is_loopback(host)
+    need = not is_local(host)
     sock = listen(host, port)   # bound first: the address printed is the one served
     port = sock.getsockname()[1]
     s.note(f"gitdrop: the web board of {hub} at http://{url_host(host)}:{port}/"

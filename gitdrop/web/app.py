@@ -523,16 +523,6 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
-def is_loopback(host: str) -> bool:
-    import ipaddress
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def server(app, host: str, port: int, log_level: str = "warning"):
     """A uvicorn server for the app whose exit (Ctrl-C, or should_exit) also ends the
     open event streams, so it stops at once."""
