@@ -352,6 +352,23 @@ def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
                 else:
                     assert r.status_code == 421 and "gitdrop" not in r.text, r.text[:300]
         taken = g(*args, "--port", url.group(1), timeout=30)
+        if face == "serve":   # another loopback address: the SDK alone left it unguarded
+            q = subprocess.Popen([*ENTRY, *args, "--port", "0", "--host", "127.0.0.2"],
+                                 env=g.env, stderr=subprocess.PIPE, text=True)
+            try:
+                there = re.search(r"http://127\.0\.0\.2:(\d+)/\S*", q.stderr.readline())
+                for host, want in ((f"127.0.0.2:{there.group(1)}", 200),
+                                   (f"evil.example:{there.group(1)}", 421)):
+                    r = httpx.post(there.group(0), timeout=10, json={
+                        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "t", "version": "0"}}},
+                        headers={"Accept": "application/json, text/event-stream",
+                                 "Host": host})
+                    assert r.status_code == want, (host, r.status_code, r.text[:200])
+            finally:
+                q.send_signal(signal.SIGINT)
+                q.communicate(timeout=15)
         assert taken.rc == 2 and f"cannot listen on 127.0.0.1:{url.group(1)}" in taken.err, taken
     finally:
         p.send_signal(signal.SIGINT)

@@ -766,9 +766,25 @@ async def _run_http(server: GitdropServer, host: str, port: int, what: str, tool
     port = sock.getsockname()[1]
     sys.stderr.write(f"gitdrop: serving {what} at http://{url_host(host)}:{port}/mcp "
                      f"(tools: {tools})\n")
-    config = uvicorn.Config(server.streamable_http_app(host=host), host=host, port=port,
-                            log_level=server.settings.log_level.lower())
+    config = uvicorn.Config(server.streamable_http_app(host=host,
+                                                       transport_security=_guard(host)),
+                            host=host, port=port, log_level=server.settings.log_level.lower())
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def _guard(host: str):
+    """Bound to this machine, the server answers only requests addressed to it by
+    name (DNS rebinding: a web page whose name resolves to 127.0.0.1 would call the
+    tools through the browser). The SDK does so for 127.0.0.1, localhost and ::1
+    alone; 127.0.0.2 or a name of this machine went unguarded. None: the SDK's way."""
+    from mcp.server.transport_security import TransportSecuritySettings
+    from ..transports.httpd import LOOPBACK, is_local, url_host
+    if not is_local(host):
+        return None
+    names = [url_host(h) for h in dict.fromkeys(LOOPBACK + (host.strip("[]"),))]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{n}:*" for n in names],
+                                     allowed_origins=[f"http://{n}:*" for n in names])
 
 
 def _version() -> str:
