@@ -40,7 +40,7 @@ import threading
 import time
 import tomllib
 
-from . import events, model
+from . import events, fmt, model
 from .errors import GitdropError, NotFound, Refusal, UsageError
 from .view import first_parent_walk
 from .worker import catch_stop_signals, restore_signals
@@ -431,7 +431,7 @@ class Responder:
         sender, oid = ev["from"], ev["id"]
         base = {"message": oid, "from": sender, "kind": kind, "to": target}
         esc = self.rules["escalate"]
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ev.get("time") or 0))
+        when = fmt.stamp(ev.get("time") or 0, "%Y-%m-%d %H:%M UTC")
         quoted = _quote(ev.get("text", ""))
         where = (f"Message {oid} in room {self.room.name} ({when}); "
                  f"`git show {oid}` in the hub shows it, `gitdrop history` lists it.")

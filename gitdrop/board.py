@@ -14,9 +14,8 @@ Nothing here parses a task file: list_tasks reads the task index, so a room of
 10,000 tasks costs one pass over its headers.
 """
 
-import time
 
-from . import model
+from . import fmt, model
 
 # The columns, left to right; cancelled tasks are only counted.
 COLUMNS = ("pending", "assigned", "in_progress", "review", "feedback", "blocked", "failed",
@@ -209,7 +208,7 @@ def _header(data, note: str = ""):
     c = data["counts"]
     head = Text()
     head.append(f" gitdrop board · {data['room']} ", style="bold reverse")
-    head.append(f"  {time.strftime('%H:%M:%S', time.localtime(data['now']))} · "
+    head.append(f"  {fmt.stamp(data['now'], '%H:%M:%S', local=True)} · "
                 f"{data['agents_total']} agents · {data['tasks_total']} tasks"
                 + (f" ({c['cancelled']} cancelled)" if c.get("cancelled") else "")
                 + f" · {len(data['questions'])} open questions · "
@@ -330,7 +329,7 @@ def _events(data, lines: int):
     for i, e in enumerate(evs):
         if i:
             out.append("\n")
-        out.append(f"{time.strftime('%H:%M:%S', time.localtime(e['time']))} ", style="dim")
+        out.append(f"{fmt.stamp(e['time'], '%H:%M:%S', local=True)} ", style="dim")
         out.append(f"{_who(e['author'])}: ", style="bold")
         out.append(e["subject"])
     if not evs:
@@ -421,7 +420,7 @@ def render_task(detail: dict, width: int = 160, height: int = 50, footer: str = 
     for i, e in enumerate(detail["history"]):
         if i:
             hist.append("\n")
-        hist.append(time.strftime("%m-%d %H:%M:%S ", time.localtime(e["time"])), style="dim")
+        hist.append(fmt.stamp(e["time"], "%m-%d %H:%M:%S ", local=True), style="dim")
         hist.append(e["subject"])
         if e["text"] and e["text"] != e["subject"]:
             hist.append(f"  {e['text']}", style="dim")

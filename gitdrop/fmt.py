@@ -14,8 +14,20 @@ key, a key set twice, `\\/`, `+1`, ...). What it writes is valid TOML and reads
 back equal.
 """
 
+import time
+
 FRONT = "+++"
 TRAILER_PREFIX = "Gitdrop-"
+
+
+def stamp(t, pattern: str = "%Y-%m-%d %H:%M:%SZ", local: bool = False) -> str:
+    """A time (seconds since 1970) written with `pattern`, in UTC or local time. A
+    file's time is its writer's word: one past what the C library can write (a task
+    pushed with created = 2**63-1) is shown as its number, not a crash."""
+    try:
+        return time.strftime(pattern, (time.localtime if local else time.gmtime)(t))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"@{t}"
 
 
 class FormatError(ValueError):

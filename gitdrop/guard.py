@@ -145,7 +145,7 @@ def blocking(paths, me: str, leases, now: int) -> list[tuple[str, dict]]:
 
 
 def _when(t: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+    return fmt.stamp(t)
 
 
 def judge(repo: str, paths, what: str) -> int:

@@ -364,6 +364,22 @@ def globs_overlap(a: str, b: str) -> bool:
     return pa.startswith(pb) or pb.startswith(pa)
 
 
+# Fields that hold a time (seconds since 1970), in any document kind.
+TIME_FIELDS = ("created", "updated", "lease_until", "not_before", "registered", "last_seen",
+               "until", "taken")
+MAX_TIME = 253402300799   # 9999-12-31 23:59:59 UTC, the last second a date library writes
+
+
+def bad_time(data: dict) -> str:
+    """What is wrong with the times a document holds ("" if nothing): a time before
+    1970 or past the year 9999 is no date (2**63-1 broke the board's task page)."""
+    for k in TIME_FIELDS:
+        v = data.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_TIME:
+            return f"field {k!r} is {v}: a time is seconds since 1970, from 0 to {MAX_TIME}"
+    return ""
+
+
 def check_fields(kind: str, data: dict) -> str:
     """Return what is wrong with a document's header, or ""."""
     schema = FIELDS[kind]

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import events, model
+from . import events, fmt, model
 from .core import default_hub
 from .errors import GitdropError
 from .store import Store
@@ -576,7 +576,7 @@ def _one_line(text: str) -> str:
 
 
 def event_line(ev: dict) -> str:
-    ts = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
+    ts = fmt.stamp(ev["time"], "%H:%M:%S", local=True)
     return f"{ts} {ev['room']} [{ev['via']}] {_one_line(events.summary(ev))}"
 
 

@@ -9,7 +9,6 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 
 import _thread
 import bisect
-import time
 
 from . import brief, deps, fmt, machine, model
 from .errors import Refusal
@@ -109,9 +108,15 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
 def _doc(c, ch: Change, side: str):
     text = ch.old if side == "old" else ch.new
     try:
-        return parse_file(ch.kind, text)
+        doc = parse_file(ch.kind, text)
     except fmt.FormatError as e:
         _refuse("format", c, f"{ch.path}: {e}", "fix the file so it matches docs/PROTOCOL.md")
+    # Only what is written now: a file already in the room is read as it is.
+    bad = model.bad_time(doc[0]) if side == "new" else ""
+    if bad:
+        _refuse("format", c, f"{ch.path}: {bad}", "write the time the act happened "
+                "(date +%s gives the current one)")
+    return doc
 
 
 def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
@@ -487,7 +492,7 @@ def _check_unread_and_loop(before, c, ctx):
                 "read them first (gitdrop inbox), then send again")
     if cap and sent >= cap:
         wait = max(1, oldest_sent + window - at)
-        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at + wait))
+        until = fmt.stamp(at + wait, "%Y-%m-%d %H:%M:%S UTC")
         _refuse("loop-guard", c, f"{c.author} sent {sent} messages in the last {window}s "
                 f"(room cap {cap})", f"wait {wait}s (until {until}) before sending again, or "
                 "ask a lead to raise it (gitdrop room settings loop_cap N)")
@@ -1052,7 +1057,7 @@ def _check_context(before, c, changes, ctx, op):
 # --- path leases on the work repository -------------------------------------
 
 def when_utc(t: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+    return fmt.stamp(t)
 
 
 def lease_conflict(view: RoomView, lease: dict, now: int) -> dict | None:

@@ -321,6 +321,46 @@ def test_a_message_declaring_another_encoding_is_refused(hub, team, clone):
     assert e.value.rule == "format" and "encoding" in e.value.reason
 
 
+def test_a_time_that_is_no_date_is_refused_and_one_already_there_is_shown(
+        gd, hub, team, clone):
+    """created = 2**63-1 in a pushed task was accepted, and then the board's task page
+    was a 500 and its log page a reset connection (the C library cannot write it)."""
+    from gitdrop import fmt, model
+    from gitdrop.view import render_file
+    c = clone("core/juno")
+    path = model.task_path("t-far", team.view().layout)
+    doc = {"id": "t-far", "title": "far", "state": "pending", "creator": "core/juno",
+           "created": 2 ** 63 - 1}
+    for created, ok in ((2 ** 63 - 1, False), (-1, False), (int(time.time()), True)):
+        os.makedirs(os.path.join(c.path, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(c.path, path), "w") as f:
+            f.write(render_file("task", dict(doc, created=created), "body\n"))
+        git("add", "-A", cwd=c.path)
+        git("commit", "-q", "-m", "far\n\nGitdrop-Op: task-create", cwd=c.path)
+        pushed, err = c.push()
+        assert pushed == ok, err
+        if not ok:
+            assert refused_rule(err) == "format" and "seconds since 1970" in err, err
+            git("reset", "-q", "--hard", "@{u}", cwd=c.path)
+    # One already in a room (written before the rule): every face shows it.
+    def put(view, tip):
+        return ({model.task_path("t-old", view.layout): render_file(
+            "task", dict(doc, id="t-old"), "")}, "old\n\nGitdrop-Op: task-create\n", {})
+    hub.store.write(hub.store.room_ref("lobby"), put, "core/juno", check=False)
+    assert fmt.stamp(2 ** 63 - 1) == f"@{2 ** 63 - 1}"
+    r = gd("task", "show", "t-old", "--json")
+    assert r.rc == 0 and str(2 ** 63 - 1) in r.out, r
+    from test_web import Server
+    s = Server(hub.path)
+    try:
+        with s.client() as web:
+            for page in ("/r/lobby/t/t-old", "/r/lobby/log", "/r/lobby", "/r/lobby/charts",
+                         "/r/lobby/charts/flow.svg", "/r/lobby/charts/activity.svg"):
+                assert web.get(page).status_code == 200, page
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("mode", ["100755", "120000"])
 def test_push_refuses_links_and_executables(hub, team, clone, mode):
     c = clone("core/juno")

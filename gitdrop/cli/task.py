@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, command, paint, read_text, short_id, split_list, sub_app, table
+from .. import fmt
 from ..errors import UsageError
 
 task_app = sub_app("task", "Tasks: create, list, show, and move them through their states.")
@@ -363,8 +364,7 @@ def reap(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason")]
 
 
 def _utc(t: int) -> str:
-    import time
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+    return fmt.stamp(t)
 
 
 @command(task_app, "sign")

@@ -11,6 +11,7 @@ taken from the repository is escaped.
 from html import escape
 
 from .. import machine
+from ..fmt import stamp
 
 STATES = ("pending", "assigned", "in_progress", "review", "feedback", "blocked", "failed",
           "completed", "cancelled")
@@ -102,7 +103,6 @@ def flow(events: list[dict], headers: list[dict], now: int, w: int = 760, h: int
 
 
 def _axes(times, left, top, pw, ph, peak, counts: bool = True) -> str:
-    import time as _t
     out = [f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>']
     if counts:
@@ -113,7 +113,7 @@ def _axes(times, left, top, pw, ph, peak, counts: bool = True) -> str:
     for frac, anchor in ((0, "start"), (1, "end")):
         t = times[0] if frac == 0 else times[-1]
         out.append(f'<text x="{left + pw * frac}" y="{top + ph + 16}" font-size="10" '
-                   f'text-anchor="{anchor}">{escape(_t.strftime(fmt, _t.localtime(t)))}</text>')
+                   f'text-anchor="{anchor}">{escape(stamp(t, fmt, local=True))}</text>')
     return "".join(out)
 
 

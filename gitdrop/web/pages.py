@@ -2,10 +2,10 @@
 repository passed through `e()` (titles, bodies, names and messages are anyone's
 words: hostile until escaped)."""
 
-import time
 from html import escape
 from urllib.parse import quote
 
+from .. import fmt
 from ..board import TITLES
 
 CSS = """
@@ -34,7 +34,7 @@ def u(v) -> str:
 
 
 def when(ts) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+    return fmt.stamp(ts, "%Y-%m-%d %H:%M:%S", local=True) if ts else "-"
 
 
 def page(title: str, body: str, user: str = "", room: str = "", human: bool = False) -> str:
