@@ -52,9 +52,7 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
                 "split it into one commit per file/operation")
     ch = changes[0]
     if not ch.kind:
-        _refuse("format", c, f"{ch.path} is not a path gitdrop knows",
-                "see docs/PROTOCOL.md for the room layout (tasks/<xx>/<id>.md, "
-                "contracts/<name>.md, ...)")
+        _unknown_path(c, ch)
     if ch.kind == "room":
         return "room-settings" if ch.old is not None else "room-create"
     if ch.kind == "agent":
@@ -278,7 +276,21 @@ def _join_fix(before, team):
     return f"ask {who} to add team {team} (gitdrop room join {before.name} --team {team})"
 
 
+def _unknown_path(c, ch):
+    """Refuse a file at a path no kind of document has, saying why where it can."""
+    name = ch.path.rpartition("/")[2]
+    stem = name.rpartition(".")[0] or name
+    problem = model.KEY_RE.problem(stem)
+    _refuse("format", c, f"{ch.path} is not a path gitdrop knows"
+            + (f": {stem!r}: {problem}" if problem else ""),
+            "see docs/PROTOCOL.md for the room layout (tasks/<xx>/<id>.md, "
+            "contracts/<name>.md, context/<key>.md, ...)")
+
+
 def _only(c, changes, kind, rule="one-operation"):
+    for ch in changes:   # a file no operation writes says so, not "one file per commit"
+        if not ch.kind:
+            _unknown_path(c, ch)
     if len(changes) != 1 or changes[0].kind != kind:
         _refuse(rule, c, f"this operation must change exactly one {kind} file",
                 "make one commit per operation")

@@ -93,6 +93,13 @@ def test_one_operation(hub, team, clone):
 
 def test_format(hub, team, clone):
     c = clone("core/spartan")
+    # a file at no known path says why, with or without a declared op (it said "one
+    # context file per commit" when the key was the trouble)
+    c.write("context/a b.md", "notes\n").commit(
+        fmt.format_message("notes", "", [("op", "context-set")]))
+    err = attempt(hub, c, "format")
+    assert "context/a b.md is not a path gitdrop knows" in err and "contains ' '" in err
+    c.pull()
     c.write(model.task_path(80), "title: no front matter\n").commit("bad task")
     err = attempt(hub, c, "format")
     assert "+++" in err
