@@ -417,6 +417,27 @@ def test_gitdrop_work_once_a_shell_handler_and_sigterm(tmp_path):
     assert "stopped" in got["note"]
 
 
+def test_gitdrop_work_runs_a_task_whose_inputs_outgrow_an_environment_variable(tmp_path):
+    """Twelve results of 12,000 characters in GITDROP_TASK_INPUT: past 128 KB Linux
+    would not start the program (E2BIG), and every attempt failed."""
+    hub, room = _hub(tmp_path)
+    before = [room.create_task(LEAD, f"part {i}", review=False)["id"] for i in range(12)]
+    last = room.create_task(LEAD, "join", review=False, after=before)["id"]
+    w = Worker(hub, "lobby", W, lambda task, ctx: task["title"] + " " + "x" * 12000)
+    for _ in before:
+        assert w.run_once()["state"] == "completed"
+    out = tmp_path / "task.json"
+    p = _work(hub, W, "--once", "--", "sh", "-c",
+              f'cat > "{out}"; printf %s "$GITDROP_TASK_INPUT" | wc -c')
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0, (o, e)
+    got = room.task(last)
+    assert got["state"] == "completed", got["note"]
+    assert 16000 <= int(got["note"]) < 17000, got["note"]   # cut, and says where the rest is
+    whole = json.loads(out.read_text())["inputs"]
+    assert sorted(whole) == sorted(before) and all(len(v) > 12000 for v in whole.values())
+
+
 def test_a_stop_between_the_claim_and_the_handler_gives_the_task_back(tmp_path):
     hub, room = _hub(tmp_path)
     t = room.create_task(LEAD, "x")["id"]

@@ -17,6 +17,16 @@ feedback_app = sub_app("feedback", "Questions for people: what agents and worker
                        "(gitdrop task ask), and answering them.")
 
 RESULT_MAX = 12000     # characters of a command's stdout kept as the result
+# Characters of one GITDROP_TASK_* variable: Linux refuses to start a program with one
+# past 128 KB (E2BIG), so a task waiting on a dozen long results failed every attempt.
+ENV_MAX = 16000
+
+
+def _env_text(text: str) -> str:
+    if len(text) <= ENV_MAX:
+        return text
+    return text[:ENV_MAX] + (f"\n[... {len(text) - ENV_MAX} more characters: the whole "
+                             "task is the JSON on stdin]")
 STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
 
 
@@ -29,13 +39,13 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
     def handler(task: dict, ctx) -> str:
         env = dict(os.environ, GITDROP_HUB=hub, GITDROP_ROOM=room, GITDROP_AGENT=agent,
                    GITDROP_TASK_ID=str(task["id"]), GITDROP_TASK_TITLE=task["title"],
-                   GITDROP_TASK_BODY=task.get("body", ""),
+                   GITDROP_TASK_BODY=_env_text(task.get("body", "")),
                    GITDROP_TASK_PRIORITY=str(task["priority"]),
                    GITDROP_TASK_TAGS=",".join(task["tags"]),
                    GITDROP_TASK_CREATOR=task["creator"],
                    GITDROP_TASK_RETRIES=str(task["retries"]),
-                   GITDROP_TASK_ANSWER=task.get("answer", ""),
-                   GITDROP_TASK_INPUT="\n\n".join(task.get("inputs", {}).values()))
+                   GITDROP_TASK_ANSWER=_env_text(task.get("answer", "")),
+                   GITDROP_TASK_INPUT=_env_text("\n\n".join(task.get("inputs", {}).values())))
         try:
             p = subprocess.run(argv, input=json.dumps(task, default=str), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
