@@ -322,6 +322,36 @@ def test_anonymous_reads_on_loopback_answer_only_to_this_machine_by_name(hub, tm
         srv.server_close()
 
 
+def test_silent_connections_are_closed_and_cannot_take_every_thread(hub):
+    """Connections opened and left silent held a server thread each, for ever (before
+    any login): now they are closed after `idle` seconds, and at most `connections`
+    are served at once, the next waiting its turn instead of a new thread."""
+    import socket
+    import threading
+    import time
+    import urllib.request
+    from gitdrop.transports import httpd
+    srv = httpd.serve(hub.path, "127.0.0.1", 0, tokens=False, anonymous_read=True, quiet=True,
+                      idle=1.0, connections=2)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    silent = [socket.create_connection(("127.0.0.1", srv.server_port), 10) for _ in range(2)]
+    try:
+        start = time.monotonic()
+        url = f"http://127.0.0.1:{srv.server_port}/hub.git/info/refs?service=git-upload-pack"
+        got = urllib.request.urlopen(url, timeout=15).read()
+        took = time.monotonic() - start
+        assert b"refs/heads/rooms/lobby" in got
+        assert 0.5 < took < 10, took   # it waited for a silent one to be closed
+        for s in silent:
+            s.settimeout(10)
+            assert s.recv(100) == b""   # closed by the server
+    finally:
+        for s in silent:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_gitdrop_http_binds_loopback_and_refuses_a_public_address_nobody_logs_in_to(
         hub, tmp_path):
     from gitdrop.errors import UsageError

@@ -90,7 +90,8 @@ class Daemon(Served):
         self.port = free_port()
         p = self.spawn(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
                         f"--port={self.port}", f"--base-path={self.base}", "--export-all",
-                        "--enable=receive-pack", self.base],
+                        "--enable=receive-pack", "--init-timeout=20", "--timeout=60",
+                        "--max-connections=64", self.base],   # as docs/TRANSPORTS.md runs it
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wait_for_port(self.port, p, "git daemon")
         return self

@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -256,13 +257,38 @@ def _plain(start_response, status, text, extra=()):
     return [data]
 
 
+IDLE = 60.0       # seconds a connection may stay silent (reading or writing) before it is closed
+CONNECTIONS = 64  # connections served at once; the next ones wait to be accepted
+
+
 class Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `connections` at once. Without a bound and
+    the handler's idle timeout, connections opened and left silent (a crashed client,
+    or anyone who reaches the port, before any login) each held a thread for ever."""
     daemon_threads = True
     allow_reuse_address = True
+    connections = CONNECTIONS
+
+    def process_request(self, request, client_address):
+        if not hasattr(self, "_slots"):
+            self._slots = threading.BoundedSemaphore(self.connections)
+        self._slots.acquire()   # the accept loop waits here: the rest queue in the backlog
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Handler(WSGIRequestHandler):
     quiet = False
+    timeout = IDLE   # set on the socket (StreamRequestHandler.setup)
 
     def log_message(self, fmt, *args):
         if not self.quiet:
@@ -340,15 +366,17 @@ def listen(host: str, port: int):
 
 
 def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
-          tokens: bool = True, anonymous_read: bool = False, quiet: bool = False):
+          tokens: bool = True, anonymous_read: bool = False, quiet: bool = False,
+          idle: float = IDLE, connections: int = CONNECTIONS):
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
     if not shutil.which("git"):
         raise NotFound("git is not on PATH", "install git")
     app = GitApp(hub, users, tokens, anonymous_read,
                  LOOPBACK + (host.strip("[]"),) if is_local(host) else None)
-    handler = type("Handler", (_Handler,), {"quiet": quiet})
+    handler = type("Handler", (_Handler,), {"quiet": quiet, "timeout": idle})
+    server = type("Bounded", (Server,), {"connections": connections})
     try:
-        return make_server(host, port, app, server_class=Server, handler_class=handler)
+        return make_server(host, port, app, server_class=server, handler_class=handler)
     except OSError as e:  # in use, not an address of this machine, a privileged port
         raise UsageError(f"cannot listen on {url_host(host)}:{port}: {e.strerror or e}",
                          "pick another --port (0: any free one) or --host") from None
