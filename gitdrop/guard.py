@@ -14,7 +14,6 @@ People bypass it with GITDROP_GUARD=off (or git commit --no-verify / git push
 """
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -46,38 +45,84 @@ def _git(*args, cwd=None, check=True, timeout=None, stdin=None) -> str:
 
 # --- globs --------------------------------------------------------------------
 
-_RX: dict = {}
+_TOKENS: dict = {}
+_DIRS, _ANY, _STAR, _ONE = "**/", "**", "*", "?"
 
 
-def _regex(glob: str):
-    rx = _RX.get(glob)
-    if rx is None:
-        out, i = [], 0
+def _tokens(glob: str) -> list:
+    got = _TOKENS.get(glob)
+    if got is None:
+        got, i = [], 0
         while i < len(glob):
-            if glob.startswith("**/", i):
-                out.append("(?:.*/)?")
-                i += 3
-            elif glob.startswith("**", i):
-                out.append(".*")
-                i += 2
-            elif glob[i] == "*":
-                out.append("[^/]*")
-                i += 1
-            elif glob[i] == "?":
-                out.append("[^/]")
-                i += 1
+            for wild in (_DIRS, _ANY, _STAR, _ONE):
+                if glob.startswith(wild, i):
+                    got.append(wild)
+                    i += len(wild)
+                    break
             else:
-                out.append(re.escape(glob[i]))
+                got.append(glob[i])   # a literal character
                 i += 1
-        rx = _RX[glob] = re.compile("".join(out) + "(?:/.*)?")
-    return rx
+        if len(_TOKENS) > 10000:
+            _TOKENS.clear()
+        _TOKENS[glob] = got
+    return got
 
 
 def matches(glob: str, path: str) -> bool:
     """Does a lease's glob cover `path`? '**' spans directories, '*' and '?' stay
     within one name, anything else is literal; a glob covers what it names and
-    everything under it (so 'src/api' covers src/api/x.py)."""
-    return _regex(glob).fullmatch(path) is not None
+    everything under it (so 'src/api' covers src/api/x.py).
+
+    The glob is run as a set of positions over the path, one character at a time
+    (time: path length × glob length). A backtracking regex took seconds on a
+    lease like '**a**a**a**a**a**a**a**a**a**a**b', and every teammate's commit
+    check (the guard) hung on it."""
+    toks = _tokens(glob)
+    end = len(toks)
+
+    def close(states):   # every position reachable without reading a character
+        out, todo = set(), list(states)
+        while todo:
+            i = todo.pop()
+            if i in out:
+                continue
+            out.add(i)
+            if isinstance(i, int) and i < end and toks[i] in (_DIRS, _ANY, _STAR):
+                todo.append(i + 1)   # each may match nothing
+        return out
+    states = close({0})
+    for ch in path:
+        nxt = set()
+        for i in states:
+            if i == "under":   # past the glob's end and a '/': anything below it
+                nxt.add("under")
+            elif isinstance(i, tuple):   # inside a '**/': any characters up to a '/'
+                nxt.add(i)
+                if ch == "/":
+                    nxt.add(i[1] + 1)
+            elif i == end:
+                if ch == "/":
+                    nxt.add("under")
+            else:
+                t = toks[i]
+                if t == _ANY:
+                    nxt.add(i)
+                elif t == _DIRS:
+                    nxt.add(("dirs", i))
+                    if ch == "/":
+                        nxt.add(i + 1)
+                elif t == _STAR:
+                    if ch != "/":
+                        nxt.add(i)
+                elif t == _ONE:
+                    if ch != "/":
+                        nxt.add(i + 1)
+                elif t == ch:
+                    nxt.add(i + 1)
+        if not nxt:
+            return False
+        states = close(nxt)
+    return end in states or "under" in states
 
 
 # --- the leases ---------------------------------------------------------------

@@ -49,6 +49,14 @@ BAD_UTF8 = b"caf\xe9 \xff\xfe"   # not UTF-8: gave a traceback
 # "Gitdrop-To: core/kai" at receipt, "Gitdrop-To: all" in pygit2 and git log.
 UTF7_MESSAGE = b"hi\n\nGitdrop-To: core/kai\nX: +AAoACg-Gitdrop-To: all\n"
 
+# Task bodies on which a backtracking pattern takes time squared in their size (a
+# brief's sections and checkboxes were read so: a minute of the hook's time each).
+BACKTRACKING_BODIES = ["## a" + " " * 60000 + "b", "\n" * 60000 + "x",
+                       "## Acceptance criteria\n" + " \n" * 30000 + "- [ ] ok"]
+
+# Lease globs on which a backtracking regex takes exponential time.
+BACKTRACKING_GLOBS = ["**a" * 99 + "b"]
+
 # TOML headers that TOML itself forbids or reads otherwise.
 BAD_TOML_HEADERS = [
     'state = "completed"\nstate = "pending"',   # a key twice: last one won

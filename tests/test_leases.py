@@ -9,6 +9,7 @@ import time
 
 import pygit2
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from gitdrop import fmt, model
 from gitdrop.core import Room
@@ -49,6 +50,41 @@ def test_glob_overlap_is_conservative_and_matching_follows_it():
                 assert model.globs_overlap(a, b), (a, b)
     for bad in ("", "/etc/x", "a/../b", "a//b", "./a"):
         assert model.glob_problem(bad), bad
+
+
+def _reference(glob: str, path: str) -> bool:
+    """The globs' meaning as a regex: right, and exponential on a hostile glob."""
+    import re
+    out, i = [], 0
+    while i < len(glob):
+        for wild, rx in (("**/", "(?:.*/)?"), ("**", ".*"), ("*", "[^/]*"), ("?", "[^/]")):
+            if glob.startswith(wild, i):
+                out.append(rx)
+                i += len(wild)
+                break
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.fullmatch("".join(out) + "(?:/.*)?", path) is not None
+
+
+@given(st.lists(st.sampled_from(["a", "b", "/", "*", "**", "**/", "?", "."]), max_size=7),
+       st.lists(st.sampled_from(["a", "b", "/", "."]), max_size=9))
+@settings(max_examples=3000, deadline=None)
+def test_matching_means_what_the_glob_says(glob, path):
+    glob, path = "".join(glob), "".join(path)
+    assert matches(glob, path) == _reference(glob, path), (glob, path)
+
+
+def test_a_hostile_glob_is_matched_in_linear_time():
+    """A lease on '**a' * 100 + 'b' took the guard (every teammate's commit check)
+    minutes against a long path: a regex backtracked; the matcher walks once."""
+    import attacks
+    glob = attacks.BACKTRACKING_GLOBS[0]
+    assert not model.glob_problem(glob)   # a lease anyone may take
+    start = time.monotonic()
+    assert not matches(glob, "a" * 300) and matches(glob, "a" * 120 + "b/x")
+    assert time.monotonic() - start < 2
 
 
 # --- the core ---------------------------------------------------------------------

@@ -321,6 +321,14 @@ def test_a_message_declaring_another_encoding_is_refused(hub, team, clone):
     assert e.value.rule == "format" and "encoding" in e.value.reason
 
 
+@pytest.mark.parametrize("body", attacks.BACKTRACKING_BODIES)
+def test_a_brief_is_judged_in_time_linear_in_its_size(team, body):
+    start = time.monotonic()
+    with pytest.raises(Refusal) as e:
+        team.create_task("core/juno", "a brief", body=body, brief=True)
+    assert e.value.rule == "task-brief" and time.monotonic() - start < 5
+
+
 def test_a_time_that_is_no_date_is_refused_and_one_already_there_is_shown(
         gd, hub, team, clone):
     """created = 2**63-1 in a pushed task was accepted, and then the board's task page
