@@ -168,7 +168,8 @@ def classify(text: str, rules: dict | None = None) -> str:
     for phrase in words["decisions"]:
         if re.search(r"(?<![\w-])" + re.escape(phrase.lower().strip()) + r"(?![\w-])", low):
             return "decision"
-    if re.search(r"\?+[\"')\]]*(\s|$)", low):
+    # From the first '?' of a run only: tried at each, 16,000 of them took 7 s.
+    if re.search(r"(?<!\?)\?+[\"')\]]*(\s|$)", low):
         return "question"
     first = re.match(r"[^\w]*(\w+)", low)
     if first and first.group(1) in {w.lower().strip() for w in words["questions"]}:

@@ -54,6 +54,10 @@ UTF7_MESSAGE = b"hi\n\nGitdrop-To: core/kai\nX: +AAoACg-Gitdrop-To: all\n"
 BACKTRACKING_BODIES = ["## a" + " " * 60000 + "b", "\n" * 60000 + "x",
                        "## Acceptance criteria\n" + " \n" * 30000 + "- [ ] ok"]
 
+# Message text on which a backtracking pattern takes time squared in its size (the
+# auto-responder's question test: 7 s per message).
+BACKTRACKING_TEXTS = ["?" * 16000 + "x"]
+
 # Lease globs on which a backtracking regex takes exponential time.
 BACKTRACKING_GLOBS = ["**a" * 99 + "b"]
 

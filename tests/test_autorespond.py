@@ -79,6 +79,15 @@ def test_classify(text, kind):
     assert classify(text) == kind
 
 
+def test_classify_takes_time_linear_in_the_text():
+    import time
+    import attacks
+    for text in attacks.BACKTRACKING_TEXTS:
+        start = time.monotonic()
+        assert classify(text) == "message" and classify(text + "? ok") == "question"
+        assert time.monotonic() - start < 1, text[:20]
+
+
 def test_the_rules_file_is_checked(tmp_path):
     with pytest.raises(UsageError, match="limits.per_sender"):
         check_rules({"limits": {"per_sender": 0}})
