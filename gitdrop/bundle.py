@@ -205,6 +205,8 @@ def import_room(hub, path: str, name: str = "") -> dict:
                       "re-create it", f"restore it first (gitdrop room restore {room}) to "
                       "import a history that extends it, or import under another name "
                       "(--name)", commit=ref)
+    if not store.tip(ref):   # the rules read the scratch copy, which has no other rooms
+        hubrules.check_room_case(store.path, room)
     with _scratch(store.path) as tmp:
         specs = [f"{model.ROOM_PREFIX}{source}:refs/import/room"] + (
             [f"{TEAMS_REF}:refs/import/teams"] if teams_commit else [])

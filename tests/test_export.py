@@ -369,6 +369,17 @@ def old_source(tmp_path, monkeypatch):
     return a
 
 
+def test_a_room_is_not_imported_beside_its_case_twin(source, tmp_path):
+    """The rules judge an import on a scratch copy that holds no other room: a room
+    DEV came in beside dev (one ref file on macOS or Windows)."""
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    before = state(source.path)
+    doc, p = cli(source.path, "room", "import", bundle, "--name", "DEV", ok=False)
+    assert p.returncode == 3 and "only in case" in p.stderr and "'dev'" in p.stderr, p.stderr
+    assert state(source.path) == before
+
+
 def test_a_room_of_the_old_layout_is_moved_as_it_is_imported(old_source, tmp_path):
     a = old_source
     bundle = str(tmp_path / "dev.bundle")
