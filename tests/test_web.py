@@ -326,8 +326,9 @@ def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
     from cli_helpers import ENTRY
     g = Gitdrop(hub.path, str(tmp_path), agent="core/juno")
     args = ["web"] if face == "web" else ["serve", "--transport", "http"]
-    p = subprocess.Popen([*ENTRY, *args, "--port", "0"], env=g.env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    extra = ["--allow-host", "board.example"] if face == "web" else []
+    p = subprocess.Popen([*ENTRY, *args, "--port", "0", *extra], env=g.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stderr.readline()
         url = re.search(r"http://127\.0\.0\.1:(\d+)/\S*", line)
@@ -339,7 +340,10 @@ def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
             assert httpx.get(url.group(0) + "r/lobby", timeout=10).status_code == 200
             r = httpx.get(url.group(0) + "r/lobby", timeout=10, headers=rebound)
             assert r.status_code == 421 and "Build the users API" not in r.text, r.text
-            assert "answers to" in r.text
+            assert "answers to" in r.text and "--allow-host" in r.text
+            r = httpx.get(url.group(0) + "r/lobby", timeout=10,   # a name it was given
+                          headers={"Host": f"board.example:{url.group(1)}"})
+            assert r.status_code == 200 and "Build the users API" in r.text
         else:
             for headers in ({}, rebound):
                 r = httpx.post(url.group(0), timeout=10, json={

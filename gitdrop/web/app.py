@@ -512,9 +512,10 @@ class HostGuard:
             if host not in self.hosts:
                 shown = raw.decode("latin-1")[:80]
                 body = (f"this board answers to {', '.join(sorted(self.hosts))} only, not "
-                        f"{shown!r}: open it at the address gitdrop web printed (a page that "
-                        "reached it by another name may be reading it for someone else)\n"
-                        ).encode()
+                        f"{shown!r}: open it at the address gitdrop web printed, or start it "
+                        "with --allow-host NAME for a name of your own, a forwarded port's "
+                        "(a page that reached it by another name may be reading it for "
+                        "someone else)\n").encode()
                 await send({"type": "http.response.start", "status": 421,
                             "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                                         (b"content-length", str(len(body)).encode())]})
