@@ -370,11 +370,15 @@ TIME_FIELDS = ("created", "updated", "lease_until", "not_before", "registered", 
 MAX_TIME = 253402300799   # 9999-12-31 23:59:59 UTC, the last second a date library writes
 
 
-def bad_time(data: dict) -> str:
+def bad_time(data: dict, before: dict | None = None) -> str:
     """What is wrong with the times a document holds ("" if nothing): a time before
-    1970 or past the year 9999 is no date (2**63-1 broke the board's task page)."""
+    1970 or past the year 9999 is no date (2**63-1 broke the board's task page). A
+    time kept as `before` had it is not judged again (the file is changed for
+    something else, and was accepted so)."""
     for k in TIME_FIELDS:
         v = data.get(k)
+        if before is not None and before.get(k) == v:
+            continue
         if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_TIME:
             return f"field {k!r} is {v}: a time is seconds since 1970, from 0 to {MAX_TIME}"
     return ""

@@ -111,6 +111,11 @@ def _doc(c, ch: Change, side: str):
         _refuse("format", c, f"{ch.path}: {e}", "fix the file so it matches docs/PROTOCOL.md")
     # Only what is written now: a file already in the room is read as it is.
     bad = model.bad_time(doc[0]) if side == "new" else ""
+    if bad and ch.old is not None:   # rare: was it there before this commit?
+        try:
+            bad = model.bad_time(doc[0], parse_file(ch.kind, ch.old)[0])
+        except fmt.FormatError:
+            pass
     if bad:
         _refuse("format", c, f"{ch.path}: {bad}", "write the time the act happened "
                 "(date +%s gives the current one)")
