@@ -68,9 +68,10 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("format", c, f"{path} is over {HUB_FILE_MAX} bytes, not UTF-8, or holds "
                 "control characters", "a team file is a few lines of TOML")
     doc = _team(c, text)
-    if model.bad_time(doc):
-        _refuse("format", c, f"{path}: {model.bad_time(doc)}", "write the time the team was "
-                "created (date +%s gives the current one)")
+    bad = model.bad_time(doc, _team(c, reader.blob_text(old)) if old is not None else None)
+    if bad:   # a time the file held already is not judged again
+        _refuse("format", c, f"{path}: {bad}", "write the time the team was created "
+                "(date +%s gives the current one)")
     if doc["name"] != team or not model.is_name(team):
         _refuse("format", c, f"name must be {team!r}", f"set name = \"{team}\" in "
                 f"teams/{team}.toml (the file's name is the team's)")
