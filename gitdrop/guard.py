@@ -189,10 +189,6 @@ def blocking(paths, me: str, leases, now: int) -> list[tuple[str, dict]]:
     return out
 
 
-def _when(t: int) -> str:
-    return fmt.stamp(t)
-
-
 def judge(repo: str, paths, what: str) -> int:
     """Print the refusal and return 1 if a path is held by someone else; else 0."""
     if os.environ.get("GITDROP_GUARD", "").lower() in ("off", "0", "no", "false"):
@@ -212,7 +208,7 @@ def judge(repo: str, paths, what: str) -> int:
              "is out of reach)") + ":", file=sys.stderr)
     for p, x in hit[:20]:
         print(f"  {p}: lease {x['id']} on {x['glob']} held exclusively by {x['holder']} "
-              f"until {_when(x['until'])}", file=sys.stderr)
+              f"until {fmt.stamp(x['until'])}", file=sys.stderr)
     if len(hit) > 20:
         print(f"  ... and {len(hit) - 20} more", file=sys.stderr)
     if not cfg["agent"]:

@@ -976,7 +976,7 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
         if ctx.now < ends:
             seen = f", last act {ctx.now - last}s ago" if last else ""
             _refuse("task-lease", c, f"task {tid} is held by {old['assignee'] or 'nobody'} "
-                    f"until {when_utc(ends)} ({ends - ctx.now}s from the hub's clock{seen}); a "
+                    f"until {fmt.stamp(ends)} ({ends - ctx.now}s from the hub's clock{seen}); a "
                     "reap needs an expired lease", "wait until it expires (any act of the "
                     "assignee in the room renews it)")
         return
@@ -1073,10 +1073,6 @@ def _check_context(before, c, changes, ctx, op):
 
 # --- path leases on the work repository -------------------------------------
 
-def when_utc(t: int) -> str:
-    return fmt.stamp(t)
-
-
 def lease_conflict(view: RoomView, lease: dict, now: int) -> dict | None:
     """A live lease of another agent that `lease` may not coexist with: overlapping
     globs where either is exclusive. Expired leases (until <= now) do not count."""
@@ -1126,13 +1122,13 @@ def _check_lease_take(before, c, changes, ctx, op):
     if ctx.now is None:
         return   # whether another lease was still live is a matter of the hub's clock
     if new["until"] <= ctx.now:
-        _refuse("lease-ttl", c, f"the lease expired at {when_utc(new['until'])}, before "
-                f"the hub received it ({when_utc(ctx.now)})", "take it with a time to live")
+        _refuse("lease-ttl", c, f"the lease expired at {fmt.stamp(new['until'])}, before "
+                f"the hub received it ({fmt.stamp(ctx.now)})", "take it with a time to live")
     other = lease_conflict(before, new, ctx.now)
     if other is not None:
         _refuse("lease-conflict", c, f"{new['glob']} ({new['mode']}) overlaps lease "
                 f"{other['id']} on {other['glob']} held ({other['mode']}) by {other['holder']} "
-                f"until {when_utc(other['until'])}",
+                f"until {fmt.stamp(other['until'])}",
                 f"wait for it to expire or be released, ask {other['holder']} to release it, "
                 "or take a narrower glob" + (" (or --shared)" if other["mode"] == "shared"
                                              else ""))
@@ -1148,7 +1144,7 @@ def _check_lease_release(before, c, changes, ctx, op):
         _refuse("lease-holder", c, f"lease {ch.key} on {old['glob']} is held by "
                 f"{old['holder']}; only its holder or a lead releases it",
                 f"ask {old['holder']} (or a lead) to release it, or wait until "
-                f"{when_utc(old['until'])} when it expires")
+                f"{fmt.stamp(old['until'])} when it expires")
 
 
 # --- the room itself ---------------------------------------------------------

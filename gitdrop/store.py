@@ -156,14 +156,7 @@ class Store(BaseStore):
     def rooms(self, prefix: str = model.ROOM_PREFIX) -> list[str]:
         """Every room under `prefix`, damaged ones included (libgit2 skips a ref
         whose file it cannot read; its tip() raises Damaged)."""
-        names = {r[len(prefix):] for r in self.repo.references if r.startswith(prefix)}
-        top = os.path.join(self.path, prefix)
-        for d, _dirs, files in os.walk(top):
-            for f in files:
-                name = os.path.relpath(os.path.join(d, f), top)
-                if not f.endswith(".lock") and name not in names and model.is_name(name):
-                    names.add(name)
-        return sorted(names)
+        return [n for n in wal.ref_names(self.path, prefix) if model.is_name(n)]
 
     def resolve(self, rev: str) -> str:
         try:

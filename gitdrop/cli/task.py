@@ -213,7 +213,7 @@ def show(s: Scope, task_id: Id):
                 print(f"  {k + ':':<12} {', '.join(v) if isinstance(v, list) else v}")
         if lease["until"]:
             print(f"  {'lease:':<12} {'expired' if lease['expired'] else 'held'} "
-                  f"{'at' if lease['expired'] else 'until'} {_utc(lease['until'])}"
+                  f"{'at' if lease['expired'] else 'until'} {fmt.stamp(lease['until'])}"
                   + (" (anyone may reap it: gitdrop task reap " + str(t["id"]) + ")"
                      if lease["expired"] else ""))
         if t["brief"]:
@@ -361,10 +361,6 @@ def reap(s: Scope, task_id: Id, reason: Annotated[str, typer.Option("--reason")]
     """Return a task whose lease has expired to pending (anyone; counts as a retry,
     and past max_retries it fails)."""
     _move(s, task_id, "reap", note=reason)
-
-
-def _utc(t: int) -> str:
-    return fmt.stamp(t)
 
 
 @command(task_app, "sign")

@@ -17,6 +17,7 @@ feedback_app = sub_app("feedback", "Questions for people: what agents and worker
                        "(gitdrop task ask), and answering them.")
 
 RESULT_MAX = 12000     # characters of a command's stdout kept as the result
+STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
 # Characters of one GITDROP_TASK_* variable: Linux refuses to start a program with one
 # past 128 KB (E2BIG), so a task waiting on a dozen long results failed every attempt.
 ENV_MAX = 16000
@@ -27,7 +28,6 @@ def _env_text(text: str) -> str:
         return text
     return text[:ENV_MAX] + (f"\n[... {len(text) - ENV_MAX} more characters: the whole "
                              "task is the JSON on stdin]")
-STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
 
 
 def shell_handler(argv: list[str], hub: str, room: str, agent: str):
