@@ -28,11 +28,12 @@ def server_args(hub_path, *extra):
 
 
 @contextlib.contextmanager
-def http_server(hub_path, tools="all"):
+def http_server(hub_path, tools="all", *extra):
     """`python -m gitdrop.mcp.server HUB lobby --transport http` on a free port."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, *server_args(hub_path, "--transport", "http",
-                                                         "--port", str(port), "--tools", tools)],
+                                                         "--port", str(port), "--tools", tools,
+                                                         *extra)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

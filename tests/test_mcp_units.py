@@ -54,6 +54,20 @@ def test_tokens_rotate_and_revoke(hub):
     assert tokens.revoke(hub.path, "core/juno") is False
 
 
+def test_new_agents_per_address_are_a_burst_then_one_a_second():
+    from gitdrop.mcp.server import default_registration
+    from gitdrop.mcp.tools import Joins
+    joins = Joins(burst=3, every=2.0)
+    assert [joins.take("10.0.0.9", now=100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert joins.take("10.0.0.9", now=100.0) == pytest.approx(2.0)
+    assert joins.take("10.0.0.8", now=100.0) == 0.0   # another address has its own
+    assert joins.take("10.0.0.9", now=101.0) == pytest.approx(1.0)
+    assert joins.take("10.0.0.9", now=102.0) == 0.0 and joins.take("10.0.0.9", 102.0) > 0
+    # reachable from other machines, a server registers nobody without a token
+    assert [default_registration(h) for h in ("127.0.0.1", "localhost", "::1", "0.0.0.0",
+                                              "192.0.2.7")] == ["open"] * 3 + ["closed"] * 2
+
+
 def tools_list_json(hub_path, profile, transport="http", agent=None) -> tuple[list, str]:
     async def listed():
         server, _box, _push = build(hub_path, "lobby", agent, transport, profile)

@@ -2,6 +2,8 @@
 and without a token) and stdio, with the real SDK client. Every refusal names its
 rule and the next step, and leaves no commit behind."""
 
+import time
+
 import pytest
 from mcp_helpers import check_result, http_agent, http_server, stdio_agent
 
@@ -66,6 +68,46 @@ async def test_http_without_a_token(hub):
     assert [m["text"] for m in lobby.inbox("core/spartan")["messages"]] == ["still works"]
     assert "web" not in lobby.view().room["leads"]
     assert git("fsck", "--full", "--strict", cwd=hub.path).returncode == 0
+
+
+async def test_http_registration_is_closed_or_limited(hub):
+    """A server others reach registers nobody without a token the owner minted; an
+    open one takes a burst of new agents from one address, then one a second."""
+    from gitdrop import tokens
+    from gitdrop.mcp.tools import JOIN_BURST, JOIN_EVERY
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    with http_server(hub.path, "agent", "--registration", "closed") as url:
+        async with http_agent(url, "anon", "auto") as anon:
+            before = tips(hub)
+            why = await anon.refused("register", "token", agent_name="eve", team="core")
+            assert "gitdrop token core/eve" in why and "--registration closed" in why
+            assert tips(hub) == before and not tokens.Verifier(hub.path).has("core/eve")
+            # a token the owner minted still registers (and updates) its agent
+            anon.authenticate(tokens.mint(hub.path, "core/eve"))
+            assert (await anon.ok("register", agent_name="eve", team="core"))["agent"] == "core/eve"
+            await anon.ok("send", to_agent="juno", message="in by a minted token")
+    with http_server(hub.path) as url:
+        async with http_agent(url, "anon", "auto") as anon:
+            # the bucket refills one a second while the loop runs: count until refused
+            start, joined, why = time.monotonic(), 0, ""
+            while not why and joined < 3 * JOIN_BURST:
+                r = await anon.call("register", agent_name=f"bot{joined}", team="swarm")
+                if r.is_error:
+                    why = r.content[0].text
+                else:
+                    joined += 1
+            took = time.monotonic() - start
+            assert "rule token:" in why and "127.0.0.1 registered" in why and "wait" in why
+            assert JOIN_BURST <= joined <= JOIN_BURST + took / JOIN_EVERY + 1
+            before = tips(hub)
+            await anon.refused("register", "token", agent_name="one-more", team="swarm")
+            assert tips(hub) == before
+        # the limit is on new agents: an agent with its token goes on as before
+        async with http_agent(url, "juno", "auto") as juno:
+            juno.authenticate(tokens.mint(hub.path, "core/juno"))
+            await juno.ok("register", agent_name="juno", team="core", description="still here")
+    assert len([a for a in lobby.view().agent_ids() if a.startswith("swarm/")]) == joined
 
 
 async def test_stdio(hub):

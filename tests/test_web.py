@@ -333,6 +333,8 @@ def test_port_0_prints_the_port_it_serves_and_a_port_in_use_is_a_usage_error(
         line = p.stderr.readline()
         url = re.search(r"http://127\.0\.0\.1:(\d+)/\S*", line)
         assert url and url.group(1) != "0", line
+        if face == "serve":
+            assert "registration: open" in line, line
         # Under another name (DNS rebinding: a web page's own name made to resolve to
         # 127.0.0.1), neither answers: the page would read the board, or call tools.
         rebound = {"Host": f"evil.example:{url.group(1)}"}

@@ -19,6 +19,11 @@ class Transport(str, enum.Enum):
     http = "http"
 
 
+class Registration(str, enum.Enum):
+    open = "open"
+    closed = "closed"
+
+
 class Tools(str, enum.Enum):
     agent = "agent"
     lead = "lead"
@@ -50,13 +55,19 @@ def serve(s: Scope,
           host: Annotated[str, typer.Option("--host", help="Address for http.")] = "127.0.0.1",
           port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port for http.")] = 9400,
           tools: Annotated[Tools, typer.Option(
-              "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent):
+              "--tools", help="Which MCP tools to offer: agent, lead or all.")] = Tools.agent,
+          registration: Annotated[Optional[Registration], typer.Option(
+              "--registration", help="http: whether a new agent may register without a "
+              "token (and get one). Default: open on this machine, closed when --host "
+              "is reachable from others (then mint tokens: gitdrop token).",
+              show_default=False)] = None):
     """Run the MCP server (stdio for one agent; http with per-agent bearer tokens)."""
     from ..mcp.server import serve as run
     # a git URL goes through as it is: the server writes through the remote hub
     from ..transports.remote import is_url
     hub = s.hub_value if is_url(s.hub_value) else s.hub.path
-    run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value)
+    run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value,
+        registration.value if registration else None)
 
 
 @command(app, "token")

@@ -469,6 +469,11 @@ def _headers(ctx):
     return getattr(ctx.request, "headers", None)
 
 
+def _peer(ctx) -> str:
+    client = getattr(ctx.request, "client", None)
+    return getattr(client, "host", "") or ""
+
+
 def _session_key(ctx) -> str:
     h = _headers(ctx)
     return (h.get("mcp-session-id") if h is not None else None) or "stdio"
@@ -522,7 +527,7 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
     checks the arguments; the result is the same wire dict the SDK would make
     (tests/test_mcp_units.py compares the two)."""
     async def middleware(ctx, call_next):
-        caller = box.identify(_headers(ctx))
+        caller = box.identify(_headers(ctx), _peer(ctx))
         token = CALLER.set(caller)
         listener = None
         try:
@@ -557,9 +562,9 @@ def _instructions(box: ToolBox) -> str:
 
 
 def build(hub_path: str, room: str, agent: str | None = None, transport: str = "stdio",
-          tools: str = "agent") -> tuple[GitdropServer, ToolBox, Push]:
+          tools: str = "agent", registration: str = "open") -> tuple[GitdropServer, ToolBox, Push]:
     """The server for one room of a hub, with the tools of one profile."""
-    box = ToolBox(hub_path, room, agent, transport)
+    box = ToolBox(hub_path, room, agent, transport, registration)
     bus = AgentBus(per_agent=box.transport == "http")
     push = Push(box, bus)
     names = mcp_tools.tools_for(tools)
@@ -792,10 +797,21 @@ def _version() -> str:
     return __version__
 
 
+def default_registration(host: str) -> str:
+    """Open on this machine; closed where others reach the server (anyone there
+    could register agents, and teams, without a token)."""
+    from ..transports.httpd import is_local
+    return "open" if is_local(host) else "closed"
+
+
 def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
-          host: str = "127.0.0.1", port: int = 9400, tools: str = "agent") -> None:
-    """Serve one room of a hub over stdio (one agent) or streamable HTTP (/mcp)."""
-    server, box, push = build(hub_path, room, agent, transport, tools)
+          host: str = "127.0.0.1", port: int = 9400, tools: str = "agent",
+          registration: str | None = None) -> None:
+    """Serve one room of a hub over stdio (one agent) or streamable HTTP (/mcp).
+    `registration` (HTTP): "open" or "closed"; by default open on this machine,
+    closed where other machines reach it."""
+    server, box, push = build(hub_path, room, agent, transport, tools,
+                              registration or default_registration(host))
     from .. import pauses
     pauses.keep_short()
 
@@ -809,7 +825,8 @@ def serve(hub_path: str, room: str, agent: str | None, transport: str = "stdio",
             if box.transport == "stdio":
                 await _run_stdio(server)
             else:
-                await _run_http(server, host, port, f"room {room} of {box.hub.path}", tools)
+                await _run_http(server, host, port, f"room {room} of {box.hub.path}",
+                                f"{tools}; registration: {box.registration}")
         finally:
             push.stop()
             if reaper is not None:
@@ -827,10 +844,12 @@ def main(argv=None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9400)
     p.add_argument("--tools", default="agent", choices=list(mcp_tools.PROFILES))
+    p.add_argument("--registration", default=None, choices=["open", "closed"])
     a = p.parse_args(argv)
     from ..core import default_hub
     try:
-        serve(a.hub or default_hub(), a.room, a.agent, a.transport, a.host, a.port, a.tools)
+        serve(a.hub or default_hub(), a.room, a.agent, a.transport, a.host, a.port, a.tools,
+              a.registration)
     except GitdropError as e:
         sys.stderr.write(e.render() + "\n")
         return e.exit_code

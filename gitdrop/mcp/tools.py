@@ -12,6 +12,8 @@ import contextvars
 import inspect
 import json
 import re
+import threading
+import time
 from dataclasses import dataclass
 
 from typing_extensions import NotRequired, TypedDict
@@ -27,11 +29,41 @@ class Caller:
     agent: str = ""     # the authenticated agent (team/name), or ""
     error: str = ""     # why there is none when one was presented or needed
     presented: bool = False  # a bearer token came with the call
+    peer: str = ""      # the client's address (HTTP), for the limit on new agents
 
 
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gitdrop_caller", default=Caller())
 
 MAX_INBOX = 100  # check_inbox never returns more than this at once
+
+# New agents one address may register over HTTP without a token: a burst of
+# JOIN_BURST, then one every JOIN_EVERY seconds. Without it, a loop reaching the
+# server registered agents (and teams on the hub branch) as fast as commits go.
+JOIN_BURST, JOIN_EVERY = 60, 1.0
+
+
+class Joins:
+    """A token bucket per client address for registrations without a token."""
+
+    def __init__(self, burst: int = JOIN_BURST, every: float = JOIN_EVERY):
+        self.burst, self.every = burst, every
+        self.level: dict[str, tuple[float, float]] = {}   # peer -> (tokens, when)
+        self.lock = threading.Lock()
+
+    def take(self, peer: str, now: float | None = None) -> float:
+        """0 (and one registration counted) if `peer` may register now, else the
+        seconds until it may."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            left, at = self.level.get(peer, (self.burst, now))
+            left = min(self.burst, left + (now - at) / self.every)
+            if left < 1:
+                return (1 - left) * self.every
+            if len(self.level) > 10000:   # forget the addresses whose bucket is full again
+                self.level = {k: v for k, v in self.level.items()
+                              if v[0] + (now - v[1]) / self.every < self.burst}
+            self.level[peer] = (left - 1, now)
+            return 0.0
 
 # The next call to make, per refused rule, in the tools' own words (the core's
 # fix names CLI commands).
@@ -407,7 +439,7 @@ class ToolBox:
     """One server's view of a hub: its room, the transport, the bound agent."""
 
     def __init__(self, hub_path: str, room: str, agent: str | None = None,
-                 transport: str = "stdio"):
+                 transport: str = "stdio", registration: str = "open"):
         self.hub_spec = hub_path  # a path, or a git URL (a RemoteHub: writes are pushed)
         self.hub = open_hub(hub_path, create=False)
         self.room_name = room
@@ -417,6 +449,11 @@ class ToolBox:
         # --as (stdio): the process speaks for that agent only; over HTTP tokens decide
         self.fixed = bool(agent) and self.transport == "stdio"
         self.bound = self._full(agent) if self.fixed else ""
+        # HTTP: "open" registers a new agent that calls without a token (and hands
+        # it its token), at most as fast as `joins` lets one address; "closed"
+        # takes only tokens the hub's owner minted.
+        self.registration = registration
+        self.joins = Joins()
 
     def _full(self, name: str) -> str:
         """A full id for --as NAME: as given, or a registered short name resolved."""
@@ -428,20 +465,20 @@ class ToolBox:
             return name  # completed by register(team=...)
 
     # --- who is calling -------------------------------------------------------
-    def identify(self, headers) -> Caller:
+    def identify(self, headers, peer: str = "") -> Caller:
         """The caller of one request: the bound agent (stdio) or the token's (HTTP)."""
         if self.transport == "stdio":
             return Caller(self.bound)
         auth = headers.get("authorization", "") if headers is not None else ""
         if not auth:
-            return Caller()
+            return Caller(peer=peer)
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return Caller("", "the Authorization header is not 'Bearer <token>'", True)
+            return Caller("", "the Authorization header is not 'Bearer <token>'", True, peer)
         agent = self.verifier.agent(token.strip())
         if not agent:
-            return Caller("", "the bearer token is not valid for this hub", True)
-        return Caller(agent, "", True)
+            return Caller("", "the bearer token is not valid for this hub", True, peer)
+        return Caller(agent, "", True, peer)
 
     def authorize(self, tool: str) -> None:
         """Over HTTP every call but a first register carries a valid token."""
@@ -520,6 +557,7 @@ class ToolBox:
                 raise Refusal("token", f"{agent_id} is registered but has no token",
                               f"ask the hub's owner to mint one (gitdrop token {agent_id})")
             else:
+                self._may_join(c, agent_id)
                 mint = True
         try:
             r = self.room.register(agent_id, _split(role), description, new_only=mint,
@@ -531,6 +569,24 @@ class ToolBox:
             self.bound = agent_id  # this session now speaks for the registered agent
         return {"agent": agent_id, "updated": bool(r.get("updated")),
                 "token": new_token, "next": ONBOARDING}
+
+    def _may_join(self, c: Caller, agent_id: str) -> None:
+        """A new agent registering over HTTP without a token: refused on a closed
+        server, and past the burst one address may register at once."""
+        if self.registration == "closed":
+            raise Refusal("token", "this server registers no new agent without a token "
+                          "(it runs with --registration closed, the default when it is "
+                          "reachable from other machines)",
+                          f"ask the hub's owner for your token (gitdrop token {agent_id} on "
+                          "the hub's machine), then send it on every call as the HTTP "
+                          "header Authorization: Bearer <token>")
+        wait = self.joins.take(c.peer)
+        if wait:
+            raise Refusal("token", f"{c.peer or 'this address'} registered "
+                          f"{self.joins.burst} new agents in a short time; this server "
+                          f"takes one every {self.joins.every:g}s from one address after that",
+                          f"wait {max(1, round(wait))}s and register again, or ask the hub's "
+                          f"owner for your token (gitdrop token {agent_id})")
 
     def deregister(self, agent_name: str = "") -> Done:
         """Leave the room (messages stay)."""
