@@ -40,6 +40,19 @@ def pusher() -> str:
     return os.environ.get("GITDROP_PUSHER") or os.environ.get("REMOTE_USER", "")
 
 
+MAX_PUSH_COMMITS = 10000
+
+
+def max_push_commits(git_dir: str) -> int:
+    """How many commits one push may bring, all refs together (git config
+    gitdrop.maxPushCommits; 0 or a value that is no number: the default)."""
+    value = wal.read_config(git_dir).get("gitdrop.maxpushcommits", "")
+    try:
+        return int(value) if int(value) > 0 else MAX_PUSH_COMMITS
+    except ValueError:
+        return MAX_PUSH_COMMITS
+
+
 def main() -> int:
     updates = [line.split() for line in sys.stdin.read().splitlines() if line.strip()]
     reader = CatFile()
@@ -52,8 +65,11 @@ def main() -> int:
         if old_layout:   # moved first; the push is then refused (fetch and push again)
             from .leanstore import LeanStore
             upgrade_on_push(LeanStore(git_dir), old_layout)
+        # Each commit costs the hook a few milliseconds: one push of a hundred
+        # thousand would hold the server for minutes.
+        most = max_push_commits(git_dir)
         for old, new, ref in updates:
-            check_commits(reader, ref, old, new, now, who)
+            most -= len(check_commits(reader, ref, old, new, now, who, most=most))
         for _old, _new, ref in updates:
             # git locks the refs once this hook has said yes; a lock a killed
             # process left would make it refuse: cleared if its owner is dead.

@@ -14,6 +14,7 @@ from . import durable, model, wal, walkmemo
 from .basestore import BaseStore
 from .catfile import CatFile
 from .errors import NotFound
+from .wal import read_config
 
 
 def is_hub(path: str) -> bool:
@@ -78,23 +79,3 @@ class LeanStore(BaseStore):
 
     def _cas(self, ref: str, expected: str, new, why: str, w=None) -> bool:
         return w.move_ref(ref, expected, str(new))
-
-
-def read_config(git_dir: str) -> dict:
-    """The repository's config as {"section.key": value} (lower-case names; the
-    simple `[section]` / `key = value` form gitdrop and git write)."""
-    out, section = {}, ""
-    try:
-        with open(os.path.join(git_dir, "config"), encoding="utf-8") as f:
-            for line in f:
-                s = line.strip()
-                if not s or s[0] in "#;":
-                    continue
-                if s.startswith("["):
-                    section = s[1:s.index("]")].split()[0].lower() if "]" in s else ""
-                    continue
-                key, eq, value = s.partition("=")
-                out[f"{section}.{key.strip().lower()}"] = value.strip().strip('"') if eq else "true"
-    except FileNotFoundError:
-        pass
-    return out

@@ -8,11 +8,18 @@ from .view import RoomView
 ZERO = "0" * 40
 
 
-def chain(reader, old: str, new: str, ref: str) -> list:
-    """Commits from just after `old` up to `new`, oldest first; refuses merges and
-    anything that does not extend `old` (linear history)."""
+def chain(reader, old: str, new: str, ref: str, most: int | None = None) -> list:
+    """Commits from just after `old` up to `new`, oldest first; refuses merges,
+    anything that does not extend `old` (linear history), and more than `most`."""
     out, oid = [], new
     while oid and oid != old:
+        if most is not None and len(out) >= most:
+            raise Refusal("size-limit", f"the push brings more than {most} commits to {ref}; "
+                          f"this hub takes at most {most} in one push (each is checked "
+                          "while the push waits)", "push in parts, oldest first (git push "
+                          "origin <commit>:<ref>, then the next), or bring a whole room with "
+                          "gitdrop room export and gitdrop room import; the hub's owner sets "
+                          "the limit (git config gitdrop.maxPushCommits N)", commit=new[:12])
         c = reader.commit(oid)
         if len(c.parents) > 1:
             raise Refusal("linear-history", f"{ref} must stay linear; {oid[:12]} is a merge",
@@ -29,10 +36,11 @@ def chain(reader, old: str, new: str, ref: str) -> list:
 
 
 def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "",
-                  progress=None, hub: str = model.HUB_REF) -> list:
+                  progress=None, hub: str = model.HUB_REF, most: int | None = None) -> list:
     """Check every commit between old and new; returns [(oid, op)] or raises Refusal.
     `progress(done, total)`, if given, hears of each room commit checked. `hub` is
-    where the team registry is read: the hub branch, or a tip of it."""
+    where the team registry is read: the hub branch, or a tip of it. More than
+    `most` commits are refused before any is checked."""
     if old == ZERO:
         old = ""
     if ref.startswith(model.ROOM_PREFIX):
@@ -48,13 +56,13 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                           commit=ref)
         if not old:
             hubrules.check_new_room(reader, room)
-        return _check_room(reader, room, chain(reader, old, new, ref), now, pusher, progress,
+        return _check_room(reader, room, chain(reader, old, new, ref, most), now, pusher, progress,
                            hub)
     if ref == model.HUB_REF:
         if new == ZERO:
             raise Refusal("linear-history", "the hub branch cannot be deleted",
                       "leave refs/heads/hub in place: it holds the team registry", commit=ref)
-        return hubrules.check_chain(reader, chain(reader, old, new, ref), pusher)
+        return hubrules.check_chain(reader, chain(reader, old, new, ref, most), pusher)
     raise Refusal("format", f"{ref} is not a gitdrop ref",
                   "push rooms to refs/heads/rooms/<room> (and teams to refs/heads/hub)",
                   commit=ref)

@@ -823,3 +823,23 @@ def damaged(git_dir: str, ref: str, raw: bytes, where: str = ""):
     else:
         fix = f"see what can be put back: {hub}"
     return Damaged(reason, fix)
+
+
+def read_config(git_dir: str) -> dict:
+    """The repository's config as {"section.key": value} (lower-case names; the
+    simple `[section]` / `key = value` form gitdrop and git write)."""
+    out, section = {}, ""
+    try:
+        with open(os.path.join(git_dir, "config"), encoding="utf-8") as f:
+            for line in f:
+                s = line.strip()
+                if not s or s[0] in "#;":
+                    continue
+                if s.startswith("["):
+                    section = s[1:s.index("]")].split()[0].lower() if "]" in s else ""
+                    continue
+                key, eq, value = s.partition("=")
+                out[f"{section}.{key.strip().lower()}"] = value.strip().strip('"') if eq else "true"
+    except FileNotFoundError:
+        pass
+    return out

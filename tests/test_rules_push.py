@@ -170,6 +170,33 @@ def test_size_limit(hub, team, clone):
     attempt(hub, c, None)
 
 
+def test_a_push_brings_at_most_max_push_commits(hub, team, clone):
+    """Each commit costs the hook milliseconds: one push of 100,000 would hold the
+    server for minutes, so a push is bounded (gitdrop.maxPushCommits, all refs
+    together) and refused whole before any commit is checked."""
+    from gitdrop.hook import MAX_PUSH_COMMITS, max_push_commits
+    assert max_push_commits(hub.path) == MAX_PUSH_COMMITS == 10000
+    git("config", "gitdrop.maxPushCommits", "3", cwd=hub.path)
+    assert max_push_commits(hub.path) == 3
+    c = clone("core/spartan")
+    before = hub.store.room_tip("lobby")
+    for k in range(4):
+        c.write(f"context/note{k}.md", f"note {k}\n")
+        c.commit(fmt.format_message(f"note {k}", "", [("op", "context-set")]))
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "size-limit", err
+    assert "more than 3 commits" in err and "push in parts" in err and "fix:" in err
+    assert hub.store.room_tip("lobby") == before
+    assert git("cat-file", "-e", c.head(), cwd=hub.path, check=False).returncode != 0
+    # in parts, each within the limit, the same commits go in
+    git("push", "origin", "HEAD~1:rooms/lobby", cwd=c.path)
+    ok, err = c.push()
+    assert ok, err
+    assert hub.store.room_tip("lobby") == c.head()
+    git("config", "gitdrop.maxPushCommits", "many", cwd=hub.path)   # no number: the default
+    assert max_push_commits(hub.path) == MAX_PUSH_COMMITS
+
+
 def test_lead_only_handshake(hub, team, clone):
     plan = {"id": 1, "initiator": "core/spartan", "targets": ["core/kai"]}
     c = clone("core/spartan")

@@ -250,7 +250,7 @@ def repair(s: Scope,
     report: dict = {"hub": path, "log": "none", "locks_cleared": [], "locks_in_use": [],
                     "damaged": [], "restored": []}
     # 1. the log (a damaged one is rebuilt as the hub is opened, and says so)
-    from ..leanstore import read_config
+    from ..wal import read_config
     had = os.path.exists(wal.path_for(path))
     if had or durable.method_for(read_config(path), path) == "wal":
         log = wal.for_hub(path)
