@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 
-from . import fmt, hubrules, layout, model
+from . import fmt, hubrules, layout, model, writequeue
 from .errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 
 try:
@@ -244,7 +244,12 @@ def import_room(hub, path: str, name: str = "") -> dict:
                  "--no-write-fetch-head", tmp, ref)
             # the store's own compare-and-swap: logged and synced like any write, and a
             # lock a killed writer left is cleared
-            if not store._cas(ref, old, new, f"import of room {room}", store._writer()):
+            with writequeue.Turn(store.path, writequeue.NEW_ROOMS) if not old else \
+                    contextlib.nullcontext():
+                if not old:   # again, now that no other room is being made here
+                    hubrules.check_room_case(store.path, room)
+                moved_ref = store._cas(ref, old, new, f"import of room {room}", store._writer())
+            if not moved_ref:
                 raise Conflict(f"room {room} moved in this hub while it was imported; "
                                "nothing was written", "run the import again: it is judged "
                                "against the room's new tip")

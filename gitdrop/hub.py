@@ -8,7 +8,7 @@ import time
 
 import pygit2
 
-from . import durable, fmt, hubrules, layout, model, rules, taskindex, wal
+from . import durable, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -302,7 +302,13 @@ class Hub:
         if self.store.tip(self.store.room_ref(name)) or \
                 self.store.tip(model.ARCHIVE_PREFIX + name):
             raise Refusal("format", f"room {name!r} already exists", "pick another name")
-        hubrules.check_room_case(self.store.path, name)
+        # One room made at a time on this machine: Lobby and lobby made at once each
+        # passed the check for the other.
+        with writequeue.Turn(self.store.path, writequeue.NEW_ROOMS):
+            hubrules.check_room_case(self.store.path, name)
+            return self._create_room(creator, name, teams, open_, settings)
+
+    def _create_room(self, creator, name, teams, open_, settings) -> dict:
         teams = list(dict.fromkeys(t for t in teams if t))
         leads = {}
         for t in teams:  # a member team has a lead: it signs, reviews and gets every message

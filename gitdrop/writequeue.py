@@ -35,6 +35,9 @@ KEEP = 64
 _USERS: "collections.OrderedDict[tuple[str, str], int]" = collections.OrderedDict()
 FORGET: list = []   # fn(git_dir, ref) -> closers of its files (gitdrop.combine adds one)
 _LATER: contextvars.ContextVar = contextvars.ContextVar("gitdrop_sync_later", default=None)
+# The turn for making a room on this hub (not a ref): a new room's name is checked
+# against the others' (case twins) and made inside it.
+NEW_ROOMS = "gitdrop/new-rooms"
 
 
 def _lock_path(git_dir: str, ref: str) -> str:

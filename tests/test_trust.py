@@ -705,3 +705,33 @@ def test_the_hub_branch_has_bounds_too(hub, tmp_path):
     git("commit", "-q", "--amend", "-m", "team web", cwd=path)
     assert git("push", "origin", "HEAD:hub", cwd=path, check=False).returncode == 0
     assert hub.team("web")["lead"] == "web/ana"
+
+
+def _make_room(path, name, go, out):
+    h = hubmod.Hub(path)
+    go.wait()
+    try:
+        h.create_room("hub/admin", name, open_=True)
+        out.put(name)
+    except Refusal as e:
+        out.put(f"refused {e.rule}")
+
+
+def test_two_rooms_made_at_once_cannot_be_case_twins(hub):
+    """`Lobby` and `lobby` made in the same instant each passed the other's check:
+    a room is checked and made inside one turn for the whole hub."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    for k in range(12):
+        go, out = ctx.Event(), ctx.Queue()
+        ps = [ctx.Process(target=_make_room, args=(hub.path, name, go, out))
+              for name in (f"Twin{k}", f"twin{k}", f"TWIN{k}")]
+        for p in ps:
+            p.start()
+        go.set()
+        got = sorted(out.get(timeout=60) for _ in ps)
+        for p in ps:
+            p.join(30)
+        made = [g for g in got if not g.startswith("refused")]
+        assert len(made) == 1 and got.count("refused format") == 2, got
+        assert [r for r in hub.store.rooms(model.ROOM_PREFIX) if r.lower() == f"twin{k}"] == made
