@@ -27,6 +27,11 @@ GIT_SETTINGS = {
     "gc.auto": "0",
     "http.receivepack": "true",
 }
+# Set once, kept as the owner changes them: the most one push may send (git
+# receives the whole pack into quarantine before the hook can refuse it, so a
+# push of garbage could fill the disk every write of the hub needs). 1 GiB is past
+# any push the rules accept at the default limits (10,000 commits, 64 KB files).
+GIT_DEFAULTS = {"receive.maxInputSize": "1g"}
 HOOKS = ("pre-receive",)
 REAPER = "hub/reaper"
 MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to, the tip
@@ -85,6 +90,9 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     repo = pygit2.Repository(path)
     for k, v in GIT_SETTINGS.items():
         repo.config[k] = v
+    for k, v in GIT_DEFAULTS.items():
+        if k not in repo.config:
+            repo.config[k] = v
     if "gitdrop.fsync" not in repo.config:
         repo.config["gitdrop.fsync"] = "true" if fsync else "false"
     install_hooks(path)

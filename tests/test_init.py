@@ -11,7 +11,7 @@ from conftest import Clone, refused_rule
 def test_init_protects_the_hub(tmp_path):
     h = hubmod.init(str(tmp_path / "hub.git"))
     cfg = h.store.repo.config
-    for key, want in hubmod.GIT_SETTINGS.items():
+    for key, want in {**hubmod.GIT_SETTINGS, **hubmod.GIT_DEFAULTS}.items():
         assert cfg[key] == want, key
     hook = os.path.join(h.path, "hooks", "pre-receive")
     with open(hook) as f:
@@ -32,9 +32,11 @@ def test_reinit_upgrades_hook_and_settings_and_loses_nothing(tmp_path):
     # an old or damaged install: the hook gone, a setting turned off
     os.remove(os.path.join(path, "hooks", "pre-receive"))
     h.store.repo.config["receive.denyNonFastForwards"] = "false"
+    h.store.repo.config["receive.maxInputSize"] = "4g"   # the owner's choice is kept
     again = hubmod.init(path)
     assert os.access(os.path.join(path, "hooks", "pre-receive"), os.X_OK)
     assert again.store.repo.config["receive.denyNonFastForwards"] == "true"
+    assert again.store.repo.config["receive.maxInputSize"] == "4g"
     assert {r: again.store.room_tip(r) for r in ("lobby", "side")} == tips
     assert again.store.tip("refs/heads/hub") == hub_tip
     assert [r["room"] for r in again.rooms()] == ["lobby", "side"]

@@ -2,6 +2,8 @@
 through the same rules in process on the very same commits: one accepted and one
 refused case each, and the two paths agree."""
 
+import os
+
 import pytest
 
 from gitdrop import fmt, model, view
@@ -195,6 +197,14 @@ def test_a_push_brings_at_most_max_push_commits(hub, team, clone):
     assert hub.store.room_tip("lobby") == c.head()
     git("config", "gitdrop.maxPushCommits", "many", cwd=hub.path)   # no number: the default
     assert max_push_commits(hub.path) == MAX_PUSH_COMMITS
+    # and git itself refuses a pack past receive.maxInputSize before it is all on disk
+    import base64
+    git("config", "receive.maxInputSize", "20k", cwd=hub.path)
+    c.write("context/big.md", base64.b64encode(os.urandom(45000)).decode() + "\n")
+    c.commit(fmt.format_message("big", "", [("op", "context-set")]))
+    ok, err = c.push()
+    assert not ok and "exceeds maximum allowed size" in err, err
+    assert hub.store.room_tip("lobby") != c.head()
 
 
 def test_lead_only_handshake(hub, team, clone):
