@@ -10,7 +10,7 @@ short command need not pay for importing pygit2.
 import random
 import time
 
-from . import combine, model, rules, wal, writequeue
+from . import combine, errors, model, rules, wal, writequeue
 from .errors import Conflict, GitdropError, NotFound
 from .view import CommitData, RoomView
 from .writequeue import Turn
@@ -106,8 +106,11 @@ class BaseStore:
         return self._write_all(ref, [(b, a, now) for b, a in ops], check, tries, False)
 
     def _write_all(self, ref, ops, check, tries, raise_first, recipe=None):
-        with writequeue.Using(self.path, ref):   # the room's files stay open meanwhile
-            return self._write_turn(ref, ops, check, tries, raise_first, recipe)
+        try:
+            with writequeue.Using(self.path, ref):   # the room's files stay open meanwhile
+                return self._write_turn(ref, ops, check, tries, raise_first, recipe)
+        except OSError as e:   # a full or failing disk: said as such, not a traceback
+            raise errors.storage(e) or e from None
 
     def _write_turn(self, ref, ops, check, tries, raise_first, recipe):
         room = ref.rpartition("/")[2]
@@ -184,7 +187,10 @@ class BaseStore:
             # inside the turn, every writer of the room waited for it).
             for w in synced:
                 if w.unsynced is not None and not writequeue.sync_later(w):
-                    w.sync()
+                    try:
+                        w.sync()
+                    except OSError as e:   # the ref moved: the write is there, unsure
+                        raise errors.storage(e, landed=True) or e from None
             # The writers whose requests this turn made: their records are synced
             # now (unless a server syncs later: then they sync through their own).
             for i in answered:

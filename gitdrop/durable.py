@@ -127,8 +127,11 @@ class Writer:
             os.write(fd, loose)
             if self.method == "fsync":
                 os.fsync(fd)
-        finally:
+        except BaseException:   # a full disk, say: leave no half file behind
             os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
         os.replace(tmp, path)   # named only once whole: readers never see part of it
         if self.method == "fsync":
             _fsync_path(d)

@@ -1,5 +1,7 @@
 """Typed refusals: every one names the rule, the commit and the next step."""
 
+import errno
+
 
 class GitdropError(Exception):
     """Base for errors a face reports to its user."""
@@ -70,3 +72,30 @@ class Damaged(GitdropError):
 class UsageError(GitdropError):
     rule = "usage"
     exit_code = 2
+
+
+class Storage(GitdropError):
+    """The operating system would not store a write: the disk is full or failing,
+    a quota is reached, the hub is read-only or not ours to write."""
+
+    rule = "storage"
+    exit_code = 9
+
+
+_STORAGE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
+            errno.EPERM}
+
+
+def storage(e: OSError, landed: bool = False) -> "Storage | None":
+    """The Storage error an OSError met while writing a hub stands for, or None for
+    any other (a bug: it is raised as it is). `landed`: the ref had moved already."""
+    if e.errno not in _STORAGE:
+        return None
+    what = f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+    if landed:
+        return Storage(f"the write is in the room, but the disk did not confirm that it "
+                       f"is durable: {what}", "check the disk (dmesg, df -h); once it is "
+                       "sound, read the room back (gitdrop log) before you write it again")
+    return Storage(f"the system refused a hub file: {what}; nothing was written",
+                   "free space on the disk that holds the hub (df -h), or fix its "
+                   "permissions or mount, then try again")

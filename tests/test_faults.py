@@ -375,3 +375,38 @@ def test_a_ref_naming_a_missing_commit_is_listed_and_put_back(tmp_path):
     assert gd("repair", "--apply").rc == 0
     assert hubmod.Hub(path).store.room_tip("r") == tip
     _fsck(path)
+
+
+def _no_file_may_grow():
+    """In the child: every write that grows a file fails (EFBIG), as on a full disk."""
+    import resource
+    import signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def test_a_disk_that_takes_no_more_is_said_and_leaves_nothing(tmp_path):
+    """A write the system refuses (a full disk, a quota, a read-only mount) is exit 9,
+    rule storage, not a traceback; no half object, lock or commit stays, and the
+    same write goes through once the disk takes it."""
+    import json
+    from cli_helpers import ENTRY
+    h, room = _hub(tmp_path)
+    g = _cli(h, tmp_path)
+    before = h.store.room_tip("r")
+    objects = sorted(glob.glob(os.path.join(h.path, "objects", "*", "*")))
+    for args in (["send", "t/bob", "-m", "hello"], ["task", "create", "a task"],
+                 ["token", "t/bob"]):
+        p = subprocess.run([*ENTRY, "--room", "r", *args, "--json"], env=g.env,
+                           capture_output=True, text=True, preexec_fn=_no_file_may_grow,
+                           stdin=subprocess.DEVNULL, timeout=60)
+        assert p.returncode == 9 and "Traceback" not in p.stderr, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["rule"] == "storage" and "File too large" in doc["reason"], doc
+        assert "nothing was written" in doc["reason"] and "df -h" in doc["fix"], doc
+    assert h.store.room_tip("r") == before
+    assert sorted(glob.glob(os.path.join(h.path, "objects", "*", "*"))) == objects
+    assert not glob.glob(os.path.join(h.path, "refs", "**", "*.lock"), recursive=True)
+    g.ok("--room", "r", "send", "t/bob", "-m", "hello")
+    assert [m["text"] for m in room.inbox("t/bob")["messages"]] == ["hello"]
+    _fsck(h.path)

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from ..errors import GitdropError, Refusal, UsageError
+from ..errors import GitdropError, Refusal, UsageError, storage
 
 PANEL = "Who, where and how"
 ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
@@ -282,6 +282,10 @@ def command(app: typer.Typer, name: str | None = None, **kw):
                 return fn(scope, *args, **kwargs)
             except GitdropError as e:
                 raise scope.fail(e) from None
+            except OSError as e:   # a full or read-only disk outside the write loop
+                if storage(e) is None:
+                    raise
+                raise scope.fail(storage(e)) from None
 
         wrapper.__signature__ = sig.replace(parameters=own + extra)
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
