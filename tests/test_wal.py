@@ -11,6 +11,7 @@ import pytest
 
 from gitdrop import durable, fmt, hub as hubmod, model, wal
 from gitdrop.writequeue import Turn
+from gitdrop.errors import Storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -180,7 +181,7 @@ def test_group_commit_syncs_after_the_turn_and_objects_come_first(tmp_path, monk
     def full(*_a):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(durable.Writer, "_put", full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(Storage, match="No space left on device; nothing was written"):
         r.send("t/ann", "t/bob", "no room for it")
     monkeypatch.undo()
     assert h.store.room_tip("r") == tip and log.records()[0] == before
