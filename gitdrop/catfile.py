@@ -107,25 +107,21 @@ class CatFile:
         if kind != "commit":
             raise KeyError(oid)
         head, _, message = data.partition(b"\n\n")
-        tree, parents, author, email, when, encoding = "", [], "", "", 0, ""
-        for line in head.split(b"\n"):
-            key, _, val = line.partition(b" ")
-            if key == b"tree":
-                tree = val.decode()
-            elif key == b"parent":
-                parents.append(val.decode())
-            elif key == b"author":
-                name, _, rest = val.decode("utf-8", "surrogateescape").partition(" <")
-                author, email = name, rest.partition(">")[0]
-            elif key == b"committer":
-                when = int(val.rsplit(b" ", 2)[-2])
-            elif key == b"encoding":
-                encoding = val.decode("utf-8", "surrogateescape")
+        fields, problem = _headers(head)
+        tree = fields.get(b"tree", [b""])[0].decode("ascii", "replace")
+        name, _, rest = fields.get(b"author", [b""])[0].decode(
+            "utf-8", "surrogateescape").partition(" <")
+        try:
+            when = int(fields.get(b"committer", [b"x 0 +0000"])[0].rsplit(b" ", 2)[-2])
+        except (ValueError, IndexError):
+            when, problem = 0, problem or "has a committer line without a date"
         # surrogateescape: bytes that are not UTF-8 stay visible to the rules,
         # which refuse them (a replacement character would hide them)
-        c = CommitData(oid, tree, parents, author, email, when,
+        c = CommitData(oid, tree, [p.decode("ascii", "replace") for p in fields.get(b"parent", [])],
+                       name, rest.partition(">")[0], when,
                        message.decode("utf-8", "surrogateescape"))
-        c.encoding = encoding
+        c.encoding = fields.get(b"encoding", [b""])[0].decode("utf-8", "surrogateescape")
+        c.header_problem = problem
         self._commits[oid] = c
         return c
 
@@ -182,13 +178,46 @@ class CatFile:
         return diff_trees(self._kinds, old, new)
 
     def _kinds(self, tree: str) -> dict:
-        return {n: (mode == "40000", oid) for n, (mode, oid) in self.tree(tree).items()}
+        # the mode too: a file turned into a link or a submodule is a change
+        return {n: (mode == "40000", oid, mode) for n, (mode, oid) in self.tree(tree).items()}
 
     def blob_text(self, oid):
         if oid is None:
             return None
         got = self.raw(oid)
-        return got[1].decode("utf-8", "surrogateescape") if got else None
+        return got[1].decode("utf-8", "surrogateescape") if got and got[0] == "blob" else None
+
+
+# The headers git writes, in its order: one tree, the parents, one author, one
+# committer; then others (encoding, gpgsig, mergetag, ...), each once. git and
+# libgit2 read the first of each where they expect it; a reader that took another
+# (a second author after the committer) would judge a commit others read otherwise.
+_ONCE = (b"tree", b"author", b"committer", b"encoding")
+
+
+def _headers(head: bytes) -> tuple[dict, str]:
+    """A commit's headers {key: [values]} (continuation lines dropped), and what
+    breaks git's form ("" if nothing)."""
+    fields: dict = {}
+    order = []
+    for line in head.split(b"\n"):
+        if line.startswith(b" "):   # a continued gpgsig or mergetag
+            continue
+        key, _, val = line.partition(b" ")
+        fields.setdefault(key, []).append(val)
+        order.append(key)
+    problem = ""
+    start = [k for k in order if k != b"parent"][:3]
+    parents_at = [i for i, k in enumerate(order) if k == b"parent"]
+    if start != [b"tree", b"author", b"committer"] or order[0] != b"tree":
+        problem = "does not start with one tree, its parents, one author and one committer"
+    elif parents_at and parents_at != list(range(1, len(parents_at) + 1)):
+        problem = "has a parent line after its author"
+    else:
+        twice = [k.decode("ascii", "replace") for k in _ONCE if len(fields.get(k, ())) > 1]
+        if twice:
+            problem = f"has more than one {twice[0]} line"
+    return fields, problem
 
 
 _TREE_ENTRY = re.compile(rb"([0-7]+) ([^\0]*)\0(.{20})", re.S)

@@ -136,18 +136,19 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
                 f"{s['max_message']} of text plus {MESSAGE_EXTRA} for subject and trailers",
                 "shorten the message; put long text in a task's body or a context note "
                 "that fits the room's max_file")
+    bad_commit(c)
     bad = bad_text(c.message) or bad_encoding(c)
     if bad:
         _refuse("format", c, f"the commit message {bad}", "send plain UTF-8 text "
                 "(tabs and newlines are fine; no NUL or other control characters; no "
                 "encoding header: git config --unset i18n.commitEncoding)")
     for ch in changes:
-        if ch.new is None:
-            continue
-        if ch.mode != FILE_MODE:
+        if ch.mode != FILE_MODE:   # a deletion comes as a plain file: only what is there
             _refuse("format", c, f"{ch.path} is {_MODES.get(ch.mode, oct(ch.mode))}; a room "
                     "holds plain files only", "commit it as a plain, non-executable file "
                     "(git update-index --chmod=-x, or replace the link by the file)")
+        if ch.new is None:
+            continue
         size = len(ch.new.encode("utf-8", "surrogateescape"))
         if size > s["max_file"]:
             _refuse("size-limit", c, f"{ch.path} is {size} bytes; the room allows "
@@ -243,6 +244,17 @@ def bad_encoding(c) -> str:
     if enc and enc.strip().lower() not in ("utf-8", "utf8"):
         return f"declares the encoding {enc[:40]!r}; messages are read as UTF-8"
     return ""
+
+
+def bad_commit(c) -> None:
+    """Refuse a commit whose headers are not in git's form (a second author or tree
+    after the committer, say): git and pygit2 read the first of each, so readers
+    would see another author or another tree than the one the rules judged."""
+    problem = c.header_problem
+    if problem:
+        _refuse("format", c, f"the commit {problem}; git and every reader would read it "
+                "otherwise than it was checked", "make the commit with git commit (or git "
+                "commit-tree), not by hand")
 
 
 def _check_clock(c, now: int, skew: int) -> None:

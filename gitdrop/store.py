@@ -123,7 +123,8 @@ class Reader:
         return diff_trees(self._kinds, old_tree, new_tree)
 
     def _kinds(self, tree: str) -> dict:
-        return {n: (mode == pygit2.GIT_FILEMODE_TREE, oid) for n, (mode, oid) in self.tree(tree).items()}
+        return {n: (mode == pygit2.GIT_FILEMODE_TREE, oid, mode)
+                for n, (mode, oid) in self.tree(tree).items()}
 
     def blob_text(self, oid: str | None) -> str | None:
         return None if oid is None else self.repo[oid].data.decode("utf-8", "surrogateescape")

@@ -68,6 +68,17 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
                   commit=ref)
 
 
+def _text(reader, c, path: str, oid: str | None):
+    """A new file's text; an entry that names no file (a submodule's commit, an
+    object missing from the push) is refused, not read as a deletion."""
+    text = reader.blob_text(oid)
+    if oid is not None and text is None and reader.mode(c.tree, path) == rules.FILE_MODE:
+        raise Refusal("format", f"{path} names {oid[:12]}, which is not a file in this push",
+                      "commit the file itself (git add), not a link to another object",
+                      commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
+    return text
+
+
 def _check_room(reader, room, commits, now, pusher, progress=None,
                 hub=model.HUB_REF) -> list:
     out = []
@@ -78,7 +89,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
     for c in commits:
         parent_tree = reader.commit(c.parent).tree if c.parent else None
         before = RoomView(reader, parent_tree, c.parent, room)
-        changes = [rules.Change(p, reader.blob_text(a), reader.blob_text(b),
+        changes = [rules.Change(p, reader.blob_text(a), _text(reader, c, p, b),
                                 reader.mode(c.tree, p) if b else rules.FILE_MODE)
                    for p, a, b in reader.diff(parent_tree, c.tree)]
         op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher, teams, fresh))

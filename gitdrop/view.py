@@ -10,7 +10,7 @@ from . import fmt, model
 
 class CommitData:
     __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
-                 "_parsed", "_op", "rcpt", "brief", "encoding")
+                 "_parsed", "_op", "rcpt", "brief", "encoding", "header_problem")
 
     def __init__(self, oid, tree, parents, author, email, time, message):
         self.oid, self.tree, self.parents = oid, tree, parents
@@ -18,6 +18,7 @@ class CommitData:
         # Kept by rules once worked out: every walk back to a read cursor asks again.
         self._parsed = self._op = self.rcpt = self.brief = None
         self.encoding = ""   # its `encoding` header, if it has one (rules.check refuses it)
+        self.header_problem = ""   # what breaks git's form of the headers (rules.bad_commit)
 
     @property
     def parsed(self):
@@ -201,7 +202,7 @@ class RoomView:
             return []
         if self.layout == 1:
             return [self.reader.tree(entry[1])]
-        return [self.reader.tree(sub) for _n, (is_tree, sub) in
+        return [self.reader.tree(sub) for _n, (is_tree, sub, _mode) in
                 sorted(self.reader._kinds(entry[1]).items()) if is_tree]
 
     def handshake(self, hid) -> tuple[dict, str] | None:
@@ -289,7 +290,8 @@ def changes_between(reader, old_tree, new_tree) -> list:
 
 def diff_trees(entries, old: str | None, new: str | None, prefix: str = "", out=None) -> list:
     """Changed blob paths between two trees, as (path, old oid, new oid); `entries(tree)`
-    gives {name: (is_tree, oid)}. Subtrees with equal ids are not opened."""
+    gives {name: (is_tree, oid, mode)}: a path whose mode alone changed is listed (with
+    the same oid twice). Subtrees with equal ids are not opened."""
     out = [] if out is None else out
     a = entries(old) if old else {}
     b = entries(new) if new else {}

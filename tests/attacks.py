@@ -49,6 +49,24 @@ BAD_UTF8 = b"caf\xe9 \xff\xfe"   # not UTF-8: gave a traceback
 # "Gitdrop-To: core/kai" at receipt, "Gitdrop-To: all" in pygit2 and git log.
 UTF7_MESSAGE = b"hi\n\nGitdrop-To: core/kai\nX: +AAoACg-Gitdrop-To: all\n"
 
+# Commit headers after the committer line, which git, pygit2 and git fsck leave be
+# and read the first of each: the hook took the last, so it judged another tree,
+# author, date or encoding than every reader shows ({tree}, {parent}, {when},
+# {later} are filled in where the commit is made).
+COMMIT_HEADER_TRICKS = [
+    b"tree {tree}\n",                                         # a forged room.toml
+    b"author core/kai <k@example.org> {when} +0000\n",       # another agent
+    b"committer core/juno <j@example.org> {later} +0000\n",  # a date past the clock
+    b"encoding ISO-8859-1\nencoding UTF-8\n",                # two encodings
+    b"parent {parent}\n",                                     # a parent out of place
+]
+
+# Tree entries that change a file's mode alone (the diff compared ids, so these were
+# no change at all), or name no file: (mode, what the blob is).
+MODE_TRICKS = [("100755", "the same text"), ("120000", "the same text, as a link"),
+               ("160000", "a commit that is not in the push"),
+               ("100644", "a commit, not a blob")]
+
 # Task bodies on which a backtracking pattern takes time squared in their size (a
 # brief's sections and checkboxes were read so: a minute of the hook's time each).
 BACKTRACKING_BODIES = ["## a" + " " * 60000 + "b", "\n" * 60000 + "x",

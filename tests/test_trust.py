@@ -14,7 +14,7 @@ import time
 import pytest
 
 from gitdrop import hub as hubmod
-from gitdrop import model
+from gitdrop import fmt, model
 from gitdrop.errors import NotFound, Refusal, UsageError
 
 import attacks
@@ -319,6 +319,77 @@ def test_a_message_declaring_another_encoding_is_refused(hub, team, clone):
     with pytest.raises(Refusal) as e:
         hubrules.check(hub.store.reader, c, [])
     assert e.value.rule == "format" and "encoding" in e.value.reason
+
+
+@pytest.mark.parametrize("trick", attacks.COMMIT_HEADER_TRICKS)
+def test_a_commit_whose_headers_git_reads_otherwise_is_refused(hub, team, clone, trick):
+    """git and pygit2 read the first tree, author and committer; the hook read the
+    last. A message carrying a second tree (a room.toml making kai lead), author
+    (juno's words from kai) or date was accepted, and read otherwise by all."""
+    c = clone("core/kai")
+    c.pull()
+    empty = subprocess.run(["git", "hash-object", "-t", "tree", "-w", "--stdin"], input=b"",
+                           cwd=c.path, capture_output=True).stdout.strip()
+    now = int(time.time())
+    extra = trick.replace(b"{tree}", empty).replace(b"{parent}", c.head().encode()) \
+        .replace(b"{when}", str(now).encode()).replace(b"{later}", str(now + 10 ** 8).encode())
+    before = tips(hub)
+    ok, err = push_message(c, b"hi\n\nGitdrop-To: core/kai\n", extra)
+    assert not ok and tips(hub) == before
+    if trick.startswith(b"parent"):   # two parents: a merge, refused as such
+        assert refused_rule(err) == "linear-history", err
+    else:
+        assert refused_rule(err) == "format" and "git commit" in err, err
+    ok, err = push_message(c, b"hi\n\nGitdrop-To: core/kai\n", b"gpgsig -----BEGIN\n x\n")
+    assert ok, err   # headers git writes after the committer are fine
+
+
+@pytest.mark.parametrize("mode, what", attacks.MODE_TRICKS)
+def test_a_file_turned_into_a_link_or_a_submodule_is_refused(hub, team, clone, mode, what):
+    """The diff compared ids only: a note turned into a symbolic link to a path of the
+    pusher's choosing (a write outside the checkout of whoever edits it next), or an
+    agent file into a submodule (pygit2 no longer saw the agent), was no change."""
+    c = clone("core/juno")
+    c.write("context/notes.md", "/tmp/elsewhere\n")
+    c.commit(fmt.format_message("notes", "", [("op", "context-set")]))
+    assert c.push()[0]
+    before = tips(hub)
+    note = git("rev-parse", "HEAD:context/notes.md", cwd=c.path).stdout.strip()
+    target = {"the same text": note, "the same text, as a link": note,
+              "a commit that is not in the push": "1" * 40}.get(what, c.head())
+    git("update-index", "--cacheinfo", f"{mode},{target},context/notes.md", cwd=c.path)
+    git("commit", "-q", "-m", fmt.format_message("notes", "", [("op", "context-set")]),
+        cwd=c.path)
+    ok, err = c.push()
+    assert not ok and tips(hub) == before
+    if what == "a commit, not a blob":   # git's own check of the pack refuses it
+        assert "is a commit, not a blob" in err, err
+    else:
+        assert refused_rule(err) == "format" and "context/notes.md" in err, err
+
+
+def test_a_team_file_turned_into_a_submodule_is_refused(hub, tmp_path):
+    """On the hub branch too: an outsider changed his own team file and turned
+    core's into a submodule in one commit; the registry then had no team core, and
+    the next to claim it became its lead."""
+    work = str(tmp_path / "hubwork")
+    git("clone", "-q", "-b", "hub", hub.path, work)
+    git("config", "user.name", "evil/boss", cwd=work)
+    git("config", "user.email", "b@example.org", cwd=work)
+    hub.register_team("core", "core/juno")
+    hub.register_team("evil", "evil/boss")
+    git("pull", "-q", "origin", "hub", cwd=work)
+    before = tips(hub)
+    with open(os.path.join(work, "teams", "evil.toml"), "a") as f:
+        f.write("# changed\n")
+    git("add", "teams/evil.toml", cwd=work)
+    same = git("rev-parse", "HEAD:teams/core.toml", cwd=work).stdout.strip()   # mode alone
+    git("update-index", "--cacheinfo", f"160000,{same},teams/core.toml", cwd=work)
+    git("commit", "-qm", "team evil changed", cwd=work)
+    p = git("push", "origin", "HEAD:hub", cwd=work, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) in ("one-operation", "format"), p.stderr
+    assert tips(hub) == before
+    assert hub.team("core")["lead"] == "core/juno"
 
 
 @pytest.mark.parametrize("body", attacks.BACKTRACKING_BODIES)
