@@ -572,7 +572,7 @@ def _say(text: str) -> None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return fmt.shown(" ".join(str(text).split()))
 
 
 def event_line(ev: dict) -> str:

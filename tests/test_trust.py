@@ -806,3 +806,26 @@ def test_two_rooms_made_at_once_cannot_be_case_twins(hub):
         made = [g for g in got if not g.startswith("refused")]
         assert len(made) == 1 and got.count("refused format") == 2, got
         assert [r for r in hub.store.rooms(model.ROOM_PREFIX) if r.lower() == f"twin{k}"] == made
+
+
+def test_text_that_would_draw_over_a_listing_is_shown_escaped(hub, team, gd):
+    """A message could draw a line that looks like another message from the lead
+    (a carriage return), or show its text in another order (a direction mark):
+    listings show those characters as escapes; --json keeps the text as sent; a
+    task title, listed one per line, may not break the line at all."""
+    for text in attacks.TERMINAL_FORGERIES:
+        team.send("core/kai", "core/juno", text)
+    out = gd.ok("inbox", "--peek").out
+    assert not set("\r\x9b\x85\u202e\u202c") & set(out), repr(out)
+    assert "\\r" in out and "\\x9b" in out and "\\u202e" in out
+    assert "\n    \\rjuno → you" in out   # still inside kai's message, marked
+    got = [m["text"] for m in gd.js("inbox", "--peek")["messages"]]
+    assert got == attacks.TERMINAL_FORGERIES
+    history = gd.ok("history").out
+    assert "\r" not in history and "\\u202e" in history
+    for title in ("one\ntwo", "one\rtwo", "one\u2028two"):
+        doc = gd.refused(3, "format", "task", "create", title)
+        assert "one line" in doc["reason"] and "body" in doc["fix"]
+    t = team.create_task("core/juno", "pay \u202e0001\u202c dollars")
+    assert "\\u202e" in gd.ok("task", "show", str(t["id"])).out
+    assert "\\u202e" in gd.ok("task", "list").out

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, ago, command, paint, progress, short_id, split_list, table
-from .. import model
+from .. import fmt, model
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -226,10 +226,10 @@ def _event_line(ev: dict) -> str:
     if ev["op"] == "send":
         head = (f"{paint(who, 'bold')}{' (person)' if ev.get('person') else ''} → "
                 f"{VIA.get(ev.get('via'), ev.get('via', ''))}")
-        text = ev["text"].rstrip("\n").replace("\n", "\n    ")
+        text = fmt.shown(ev["text"]).rstrip("\n").replace("\n", "\n    ")
         return f"{head}  {paint(when, 'dim')}\n    {text}"
-    line = f"{paint('•', 'cyan')} {ev['subject']}  {paint(when, 'dim')}"
-    text = (ev.get("text") or "").rstrip("\n")
+    line = f"{paint('•', 'cyan')} {fmt.shown(ev['subject'])}  {paint(when, 'dim')}"
+    text = fmt.shown(ev.get("text") or "").rstrip("\n")
     if text:   # a reason, a note, a question or an answer: what the reader must see
         line += "\n    " + text.replace("\n", "\n    ")
     return line
@@ -272,7 +272,7 @@ def history(s: Scope,
                   f"no messages in {s.room_name} yet")
         for ev in msgs:
             to = ", ".join(x.rpartition("/")[2] if "/" in x else x for x in ev["to"])
-            text = ev["text"].rstrip("\n").replace("\n", "\n    ")
+            text = fmt.shown(ev["text"]).rstrip("\n").replace("\n", "\n    ")
             print(f"{paint(ev['from'], 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}")
             print(f"    {text}")
     s.emit({"room": s.room_name, "messages": msgs}, show)
@@ -289,5 +289,5 @@ def log(s: Scope,
         for a in acts:
             when = f"{ago(a['time']):>8}"
             print(f"{paint(short_id(a['id']), 'yellow')} {paint(when, 'dim')} "
-                  f"{a['author']:<20} {a['subject']}")
+                  f"{a['author']:<20} {fmt.shown(a['subject'])}")
     s.emit({"room": s.room_name, "log": acts}, show)

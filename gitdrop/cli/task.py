@@ -118,7 +118,7 @@ def _task_table(tasks) -> None:
     waits = any(t.get("waiting_on") or t.get("blocked_by") for t in tasks)
     table(["id", "state", "prio", "assignee", "title", "tags"] + ["waits on"] * waits,
           [(t["id"], (t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
-            t["assignee"] or "-", t["title"],
+            t["assignee"] or "-", fmt.shown(t["title"]),
             ", ".join(t["tags"] + ["needs " + r for r in t["requires"]]))
            + (((f"blocked: {t['blocked_by']}", "red") if t.get("blocked_by") else
                ", ".join(t.get("waiting_on", ())) or "-",) * waits) for t in tasks])
@@ -204,13 +204,14 @@ def show(s: Scope, task_id: Id):
     t["lease"] = lease
 
     def human():
-        print(f"task {t['id']}: {paint(t['title'], 'bold')}")
+        print(f"task {t['id']}: {paint(fmt.shown(t['title']), 'bold')}")
         for k in ("state", "assignee", "reviewer", "creator", "priority", "tags", "requires",
                   "after", "waiting_on", "blocked_by", "parent", "handshake", "retries",
                   "max_retries", "signoffs", "question", "answer", "note", "project"):
             v = t.get(k)
             if v not in ("", [], 0, None) or k in ("state", "priority"):
-                print(f"  {k + ':':<12} {', '.join(v) if isinstance(v, list) else v}")
+                v = ', '.join(v) if isinstance(v, list) else v
+                print(f"  {k + ':':<12} {fmt.shown(v) if isinstance(v, str) else v}")
         if lease["until"]:
             print(f"  {'lease:':<12} {'expired' if lease['expired'] else 'held'} "
                   f"{'at' if lease['expired'] else 'until'} {fmt.stamp(lease['until'])}"
@@ -219,10 +220,10 @@ def show(s: Scope, task_id: Id):
         if t["brief"]:
             from ..brief import render
             print()
-            print(render(t["body"]))
+            print(fmt.shown(render(t["body"])))
         elif t["body"].strip():
             print()
-            print(t["body"].rstrip("\n"))
+            print(fmt.shown(t["body"]).rstrip("\n"))
     s.emit({"task": t}, human)
 
 
