@@ -954,15 +954,19 @@ class Room:
                          self._caps(view, agent), tag, now=self.clock())
         return [taskindex.full(t) for t in (got[:limit] if limit else got)]
 
-    def claim_next(self, agent: str, tag: str = "", tries: int = 50) -> dict:
+    def claim_next(self, agent: str, tag: str = "", tries: int = 50, skip=()) -> dict:
         """Claim the best ready task for `agent`: {"task": id, "claimed": True, ...};
         its own assigned or in-progress task if it has one ({"claimed": False}); {"task": ""}
-        when nothing is ready. Under a race each task has exactly one winner: a lost
-        claim is refused by the rules and the next best is tried."""
+        when nothing is ready. `skip`: ids to pass over (a worker's, for a while). A claim
+        the rules refuse passes its task over and the next best is tried: under a race
+        each task has exactly one winner, and a task no claim fits (a file at the room's
+        max_file) must not stop the tasks behind it."""
         agent = self.resolve(agent)
+        passed = {str(t) for t in skip}
         lost = set()
         for _ in range(tries):
-            best = [t for t in self.ready(agent, tag, limit=0) if str(t["id"]) not in lost]
+            best = [t for t in self.ready(agent, tag, limit=0)
+                    if str(t["id"]) not in lost and str(t["id"]) not in passed]
             if not best:
                 return {"task": "", "id": "", "claimed": False, "lost": len(lost)}
             t = best[0]
@@ -972,12 +976,12 @@ class Room:
             try:
                 got = self.move_task(agent, t["id"], "claim")
             except Refusal as e:
-                if e.rule not in ("task-state-machine", "task-dependency"):
-                    raise
-                lost.add(str(t["id"]))  # someone else won it, or it stopped being ready
+                if e.rule in ("registered-author", "room-membership"):
+                    raise   # about the agent, not the task: every claim would be refused
+                lost.add(str(t["id"]))  # someone else won it, or it cannot be claimed now
                 continue
             return dict(got, claimed=True, title=t["title"], lost=len(lost))
-        raise Conflict(f"{tries} ready tasks were taken by others first",
+        raise Conflict(f"{tries} ready tasks were taken by others first or refused",
                        "try again (gitdrop ready --claim)")
 
     def questions(self) -> list[dict]:

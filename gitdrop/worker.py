@@ -11,6 +11,11 @@
 - a handler's exception fails the attempt: the task is released with a retry counted
   and a backoff (not_before), or failed once max_retries are used up;
 - SIGTERM or SIGINT (or stop()) releases the task being worked on, counting nothing;
+- a task it cannot start (a sign-off or a handshake missing), or whose result it could
+  neither hand in nor give back, is passed over for a while, longer each time: it
+  would otherwise come straight back, round after round; such a round is not work
+  for `idle`, and a task whose result was lost is given back, not run again;
+- the notes it writes are cut to fit the room's max_file and max_message, saying so;
 - a task it has in progress when it starts (an earlier run of it died mid-task) is
   given back as a failed attempt, so that it is retried rather than held forever;
 - between tasks it sleeps on the notifier (any commit in the room wakes it), with a
@@ -25,10 +30,13 @@ import time
 import traceback
 
 from . import machine
-from .errors import Conflict, GitdropError, Refusal
+from .errors import GitdropError, Refusal
+from .view import render_file
 
 BACKOFF = 10.0          # seconds before a failed task is offered again, doubled per retry
 MAX_BACKOFF = 3600.0
+MAX_PAUSE = 60.0        # seconds between rounds at most, while each ends in an error
+MOVE_ROOM = 100         # bytes a move may add to a task's file besides the note
 
 
 class Failed(Exception):
@@ -95,8 +103,8 @@ class Worker:
         the agent's). `tags`: only tasks with one of them. `idle`: run() returns after
         that many seconds with nothing ready (None: never). `on_event(dict)`: told of
         every step (claimed, started, done, failed, released, lost: the task was moved
-        by someone else meanwhile, reaped, error: a round lost to a busy room, idle,
-        stopped)."""
+        by someone else meanwhile, held: it could neither hand in nor give back the
+        task, reaped, error: a round lost to a busy room or a refusal, idle, stopped)."""
         from .opener import open_hub
         self.hub = open_hub(hub, create=False) if isinstance(hub, str) else hub
         self.hub_spec = hub if isinstance(hub, str) else self.hub.path
@@ -112,6 +120,7 @@ class Worker:
         self.current = ""
         self._in_handler = False
         self._ready_once = False
+        self._held = {}   # task id -> (monotonic end, times): passed over until then
 
     # --- one task ------------------------------------------------------------
     def _prepare(self) -> None:
@@ -132,11 +141,17 @@ class Worker:
     def run_once(self) -> dict | None:
         """Take one task and see it through; None when nothing is ready."""
         self._prepare()
-        got = self.room.claim_next(self.agent, tag=",".join(self.tags))
+        now = time.monotonic()
+        got = self.room.claim_next(self.agent, tag=",".join(self.tags),
+                                   skip=[t for t, (end, _n) in self._held.items() if end > now])
         tid = got["task"]
         if not tid:
             return None
         task = self.room.task(tid)
+        if tid in self._held and task["state"] == "in_progress":
+            # its result was lost: give it back as a failed attempt, do not run it again
+            return self._failed(task, "the worker could neither hand in nor give back "
+                                "its result")
         self._emit("claimed", task)
         self.current = tid
         try:
@@ -145,7 +160,9 @@ class Worker:
                     self.room.move_task(self.agent, tid, "start")
                 except Refusal as e:   # waits for a handshake or a sign-off: give it back
                     self._give_back(tid, f"cannot start yet: {e.reason}")
-                    return self._emit("released", task, reason=e.reason, rule=e.rule)
+                    return self._emit("released", task, reason=e.reason, rule=e.rule,
+                                      retry_in=self._hold(tid))
+                self._held.pop(tid, None)
                 task = self.room.task(tid)
             # what the tasks it waited on handed in: a pipeline's input
             task["inputs"] = {d: self.room.task(d)["note"] for d in task["after"]}
@@ -176,6 +193,7 @@ class Worker:
             return self._failed(task, _error_text(e))
         renewer.stop()
         note, extra = _note(result)
+        note = self._fit(tid, note)
         move = "complete" if not task["review"] else "submit"
         try:
             r = self.room.move_task(self.agent, tid, move, note=note)
@@ -188,6 +206,7 @@ class Worker:
         fresh = self.room.task(tid)
         if fresh["state"] not in ("assigned", "in_progress") or fresh["assignee"] != self.agent:
             return self._emit("lost", task, state=fresh["state"], error=error[-500:])
+        error = self._fit(tid, error)
         try:
             if fresh["retries"] < fresh["max_retries"]:
                 # a backoff never past what the room allows (max_task_lease)
@@ -198,9 +217,16 @@ class Worker:
                 return self._emit("failed", task, error=error[-500:], retry_in=wait,
                                   retries=fresh["retries"] + 1)
             self.room.move_task(self.agent, tid, "fail", note=error)
-        except GitdropError as e:   # moved meanwhile (reaped, cancelled): not ours now
-            return self._emit("lost", task, state=self.room.task(tid)["state"],
-                              error=error[-500:], reason=str(e)[:500])
+        except GitdropError as e:
+            after = self.room.task(tid)
+            if after["state"] == fresh["state"] and after["assignee"] == self.agent:
+                # still ours, and no move of it is accepted: claim_next would hand it
+                # straight back, so pass it over for a while
+                return self._emit("held", task, state=after["state"], error=error[-500:],
+                                  reason=str(e)[:500], retry_in=self._hold(tid))
+            # moved meanwhile (reaped, cancelled): not ours now
+            return self._emit("lost", task, state=after["state"], error=error[-500:],
+                              reason=str(e)[:500])
         return self._emit("failed", task, error=error[-500:], final=True,
                           retries=fresh["retries"])
 
@@ -208,14 +234,45 @@ class Worker:
         try:
             t = self.room.task(tid)
             if t["state"] in machine.MOVES["release"][0] and t["assignee"] == self.agent:
-                self.room.move_task(self.agent, tid, "release", note=why)
+                self.room.move_task(self.agent, tid, "release", note=self._fit(tid, why))
         except GitdropError:
             pass   # reaped or moved meanwhile: nothing of ours to give back
+
+    def _hold(self, tid: str) -> int:
+        """Pass task `tid` over for a while, twice as long each time (at least a
+        second, even with no backoff); the seconds."""
+        n = self._held.get(tid, (0.0, 0))[1]
+        wait = math.ceil(min(max(self.backoff, 1.0) * 2 ** n, MAX_BACKOFF))
+        self._held[tid] = (time.monotonic() + wait, n + 1)
+        return wait
+
+    def _fit(self, tid: str, note: str) -> str:
+        """`note` cut to what the task's file (max_file) and a commit (max_message)
+        can hold, saying so: with more, the move is refused and the task can be
+        neither handed in nor given back."""
+        view = self.room.view()
+        doc, body = view.task(tid)
+        s = view.settings
+
+        def over(text: str) -> int:   # bytes past the room's limits
+            size = len(render_file("task", dict(doc, note=text), body).encode(
+                "utf-8", "surrogatepass"))
+            return max(size + MOVE_ROOM - s["max_file"],
+                       len(text.encode("utf-8", "surrogatepass")) - s["max_message"])
+        cut, keep = note, len(note)
+        while (past := over(cut)) > 0:
+            if not keep:
+                return ""
+            keep = max(0, keep - past)
+            cut = note[:keep] + (f"\n[... {len(note) - keep} more characters cut to fit the "
+                                 "room's max_file; hand long output in as a file and its path]")
+        return cut
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> int:
         """Work until stopped (or idle for `idle` seconds); the number of tasks done."""
-        done = 0
+        self._prepare()   # who it is and where: a refusal here ends it, saying what to do
+        done, errors = 0, 0
         old = self._signals()
         from .notifier import Notifier
         n = Notifier(self.hub_spec)
@@ -225,24 +282,27 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
+                pause = None
                 try:
                     ev = self.run_once()
+                    errors = 0
                 except Stop:
                     break
-                except Conflict as e:   # the room kept moving: a round lost, not the loop
+                except GitdropError as e:   # a busy room, a refusal: a round lost, not the loop
                     self._emit("error", {}, error=str(e)[:500])
-                    self._wake.wait(1.0)
-                    continue
+                    ev, pause = None, min(2.0 ** errors, MAX_PAUSE)
+                    errors += 1
                 if ev is not None:
                     done += ev["event"] == "done"
-                    idle_since = time.monotonic()
+                    if ev["event"] not in ("released", "held"):   # passing a task over is no work
+                        idle_since = time.monotonic()
                     continue
-                if self._reap():   # our own commits wake nobody: look again at once
+                if pause is None and self._reap():   # our own commits wake nobody: look again
                     continue
                 if self.idle is not None and time.monotonic() - idle_since >= self.idle:
                     self._emit("idle", {}, seconds=self.idle)
                     break
-                timeout = self._next_timer()
+                timeout = self._next_timer() if pause is None else min(self._next_timer(), pause)
                 if self.idle is not None:
                     timeout = min(timeout, max(0.0, self.idle - (time.monotonic() - idle_since)))
                 self._wake.wait(timeout)
@@ -274,7 +334,8 @@ class Worker:
 
     def _next_timer(self) -> float:
         """Seconds until time alone changes what is ready: a backoff ends, a lease in
-        the room expires (to reap it). At most 300: a long sleep re-checks."""
+        the room expires (to reap it), a task passed over is looked at again. At most
+        300: a long sleep re-checks."""
         now = self.room.clock()
         soon = now + 300
         for t in self.room.list_tasks(state="pending,assigned,in_progress"):
@@ -282,7 +343,9 @@ class Worker:
                 soon = min(soon, t["not_before"])
             elif t["state"] != "pending" and t["assignee"] != self.agent:
                 soon = min(soon, max(t["lease_until"], now + 1))
-        return max(0.5, soon - now + 0.5)
+        mono = time.monotonic()
+        held = min((end - mono for end, _n in self._held.values() if end > mono), default=300)
+        return max(0.5, min(soon - now + 0.5, held + 0.1))
 
     def _emit(self, what: str, task: dict, **extra) -> dict:
         ev = dict({"event": what, "agent": self.agent, "room": self.room.name,

@@ -15,9 +15,9 @@ import pytest
 
 from gitdrop import Worker, fmt, hub as hubmod, model
 from gitdrop.errors import Refusal
-from gitdrop.view import first_parent_walk
+from gitdrop.view import first_parent_walk, render_file
 
-from cli_helpers import ENTRY, OWN_ENV
+from cli_helpers import ENTRY, OWN_ENV, Gitdrop
 from conftest import refused_rule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -524,6 +524,193 @@ def test_a_worker_reaps_the_expired_lease_of_a_dead_holder_and_does_the_task(tmp
     assert _moves(hub, t) == [("task-create", LEAD), ("task-claim", "core/kai"),
                               ("task-start", "core/kai"), ("task-reap", W), ("task-claim", W),
                               ("task-start", W), ("task-complete", W)]
+
+
+# --- tasks a worker cannot take, start or hand in ---------------------------------------
+
+def _size(room, tid):
+    """Bytes of task `tid`'s file."""
+    return len(render_file("task", *room.view().task(tid)).encode())
+
+
+def _events(out):
+    return [json.loads(x) for x in out.splitlines()]
+
+
+def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_path):
+    """A cross-team task without its sign-offs, and one bound to a handshake not at
+    GO, may be claimed but not started: the worker gave them back and took them again
+    at once, in a loop of hundreds of commits a second that --idle never ended."""
+    hub, room = _hub(tmp_path)
+    room.register("other/mallory", ["coder"])
+    honest = room.create_task(LEAD, "honest", review=False, tags=["t"])["id"]
+    bait = room.create_task("other/mallory", "bait", review=False, tags=["t"], priority=9)["id"]
+    h = room.start_handshake(LEAD, "the plan", targets=["core/kai"])["id"]
+    bound = room.create_task(LEAD, "bound", review=False, tags=["t"], priority=8,
+                             handshake=h)["id"]
+    p = _work(hub, W, "--tag", "t", "--idle", "2", "--", "sh", "-c", "echo did")
+    try:
+        o, e = p.communicate(timeout=20)
+    finally:
+        _kill(p)
+    assert p.returncode == 0, e
+    evs = _events(o)
+    assert [(x["event"], x["task"]) for x in evs] == [
+        ("claimed", bait), ("released", bait), ("claimed", bound), ("released", bound),
+        ("claimed", honest), ("started", honest), ("done", honest), ("idle", ""),
+        ("stopped", "")], evs
+    assert evs[1]["rule"] == "dual-sign" and evs[1]["retry_in"] == 10
+    assert evs[3]["rule"] == "handshake-go" and evs[3]["retry_in"] == 10
+    assert _moves(hub, bait) == [("task-create", "other/mallory"), ("task-claim", W),
+                                 ("task-release", W)]
+    assert _moves(hub, bound)[-2:] == [("task-claim", W), ("task-release", W)]
+    assert [room.task(t)["state"] for t in (bait, bound, honest)] == \
+        ["pending", "pending", "completed"]
+    assert "needs sign-off from core/juno" in room.task(bait)["note"]
+
+
+def test_a_task_no_claim_fits_is_passed_over_by_ready_claim_and_gitdrop_work(tmp_path):
+    """A pending task whose file is a few bytes under max_file: the claim's fields push
+    it over, and the refusal ended `gitdrop work` (exit 3) and `ready --claim` at once,
+    on every restart, while the tasks behind it waited."""
+    hub, room = _hub(tmp_path)
+    first = room.create_task(LEAD, "first", review=False, priority=1)["id"]
+    second = room.create_task(LEAD, "second", review=False)["id"]
+    poison = room.create_task("core/kai", "poison", body="x" * 1500, review=False,
+                              priority=9)["id"]
+    hub.room_settings("lobby", by=LEAD, changes={"max_file": _size(room, poison) + 4})
+    kai = Gitdrop(hub.path, str(tmp_path), "core/kai")
+    got = kai.js("ready", "--claim")
+    assert (got["task"], got["claimed"]) == (first, True)
+    p = _work(hub, W, "--idle", "1", "--", "sh", "-c", "echo did")
+    o, e = p.communicate(timeout=30)
+    assert p.returncode == 0, e
+    assert [(x["event"], x["task"]) for x in _events(o)] == [
+        ("claimed", second), ("started", second), ("done", second), ("idle", ""),
+        ("stopped", "")]
+    assert room.task(second)["state"] == "completed"
+    assert _moves(hub, poison) == [("task-create", "core/kai")]
+    assert room.claim_next(W) == {"task": "", "id": "", "claimed": False, "lost": 1}
+
+
+def test_gitdrop_work_cuts_a_result_to_fit_the_task_file(tmp_path):
+    """Output that would make the task's file pass max_file: complete was refused and
+    the result thrown away, attempt after attempt."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "fat", body="x" * 2000, review=False)["id"]
+    hub.room_settings("lobby", by=LEAD, changes={"max_file": _size(room, t) + 600})
+    runs = tmp_path / "runs"
+    p = _work(hub, W, "--idle", "1", "--", "sh", "-c",
+              f"echo run >> {runs}; head -c 4000 /dev/zero | tr '\\0' y")
+    o, e = p.communicate(timeout=30)
+    assert p.returncode == 0, e
+    assert [x["event"] for x in _events(o)] == ["claimed", "started", "done", "idle", "stopped"]
+    got = room.task(t)
+    assert got["state"] == "completed"
+    assert got["note"].startswith("yyyy") and got["note"].count("y") < 600, got["note"]
+    assert "more characters cut to fit the room's max_file" in got["note"]
+    assert _size(room, t) <= room.view().settings["max_file"]
+    assert runs.read_text() == "run\n"
+
+
+def test_a_task_it_can_neither_hand_in_nor_give_back_is_not_run_again(tmp_path):
+    """Once no move of its task is accepted (here a lead lowers max_file under the
+    task's file meanwhile), claim_next handed it straight back as the worker's own,
+    and the handler ran again and again, with no backoff and no end."""
+    hub, room = _hub(tmp_path)
+    fat = room.create_task(LEAD, "fat", body="x" * 2000, review=False, priority=9)["id"]
+    honest = room.create_task(LEAD, "honest", review=False)["id"]
+    ran, events = [], []
+
+    def handler(task, ctx):
+        ran.append(task["id"])
+        if task["id"] == fat and len(ran) == 1:
+            hub.room_settings("lobby", by=LEAD, changes={"max_file": 1200})
+        return "ok"
+
+    def work(idle):
+        w = Worker(hub, "lobby", W, handler, idle=idle, backoff=0, on_event=events.append)
+        th = threading.Thread(target=w.run)
+        th.start()
+        th.join(15)
+        w.stop()
+        th.join(10)
+        assert not th.is_alive()
+    work(2.5)
+    assert ran == [fat, honest], ran
+    kinds = [(e["event"], e["task"]) for e in events]
+    assert kinds[:6] == [("claimed", fat), ("started", fat), ("held", fat),
+                         ("claimed", honest), ("started", honest), ("done", honest)], kinds
+    assert kinds[-2:] == [("idle", ""), ("stopped", "")]
+    held = [e for e in events if e["event"] == "held"]
+    waits = [e["retry_in"] for e in held]      # looked at again, later each time
+    assert len(waits) >= 2 and waits == [2 ** i for i in range(len(waits))], waits
+    assert "size-limit" in held[0]["reason"]
+    assert room.task(fat)["state"] == "in_progress" and room.task(honest)["state"] == "completed"
+    # a restarted worker does not run it again either
+    events.clear()
+    work(0.5)
+    assert ran == [fat, honest]
+    assert [e["event"] for e in events] == ["held", "idle", "stopped"]
+
+
+def test_a_round_that_ends_in_an_error_does_not_end_the_loop(tmp_path):
+    hub, room = _hub(tmp_path)
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "ok", idle=10, on_event=events.append)
+    assert w.run_once() is None
+    room.deregister(LEAD, W)                   # every round now fails: W is unknown
+    th = threading.Thread(target=w.run)
+    th.start()
+    try:
+        _until(lambda: any(e["event"] == "error" for e in events), 10, "an error")
+        room.register(W, ["coder"])
+        t = room.create_task(LEAD, "x", review=False)["id"]
+        _until(lambda: any(e["event"] == "done" for e in events), 10, "the task to be done")
+    finally:
+        w.stop()
+        th.join(10)
+    assert not th.is_alive()
+    assert "not registered" in events[0]["error"] and "register" in events[0]["error"]
+    assert room.task(t)["state"] == "completed"
+
+
+def test_gitdrop_work_once_without_json_says_nothing_is_ready(tmp_path):
+    hub, _room = _hub(tmp_path)
+    p = subprocess.run([*ENTRY, "work", "--as", W, "--once", "--", "true"], text=True,
+                       capture_output=True, stdin=subprocess.DEVNULL, env=_env(hub, W),
+                       timeout=30)
+    assert (p.returncode, p.stdout) == (0, f"nothing is ready for {W} in lobby\n"), p.stderr
+
+
+def _running(pid):
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_ends_the_program_and_what_it_started(tmp_path):
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "long job")["id"]
+    pidfile = tmp_path / "pid"
+    p = _work(hub, W, "--", "sh", "-c", f'sleep 60 & echo $! > "{pidfile}"; wait')
+    child = 0
+    try:
+        _until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the program")
+        child = int(pidfile.read_text())
+        p.send_signal(signal.SIGTERM)
+        o, e = p.communicate(timeout=10)
+        assert p.returncode == 0, e
+        _until(lambda: not _running(child), 5, "the program's child to end")
+    finally:
+        _kill(p)
+        if child and _running(child):
+            os.kill(child, signal.SIGKILL)
+    assert [x["event"] for x in _events(o)] == ["claimed", "started", "released", "stopped"]
+    assert room.task(t)["state"] == "pending"
 
 
 # --- the rules a worker leans on, on both paths ----------------------------------------

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, ago, command, paint, split_list, sub_app, table
+from .. import fmt
 from ..errors import UsageError
 
 app = typer.Typer(add_completion=False)
@@ -21,6 +23,7 @@ STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
 # Characters of one GITDROP_TASK_* variable: Linux refuses to start a program with one
 # past 128 KB (E2BIG), so a task waiting on a dozen long results failed every attempt.
 ENV_MAX = 16000
+STOP_GRACE = 2.0       # seconds the program and its children get to end on SIGTERM
 
 
 def _env_text(text: str) -> str:
@@ -46,20 +49,43 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
                    GITDROP_TASK_RETRIES=str(task["retries"]),
                    GITDROP_TASK_ANSWER=_env_text(task.get("answer", "")),
                    GITDROP_TASK_INPUT=_env_text("\n\n".join(task.get("inputs", {}).values())))
-        try:
-            p = subprocess.run(argv, input=json.dumps(task, default=str), env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               errors="replace")
+        try:   # a session of its own: a stop ends what it started too
+            p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, errors="replace",
+                                 start_new_session=True)
         except OSError as e:
             raise Failed(f"cannot run {argv[0]}: {e}") from None
+        try:
+            out, err = p.communicate(json.dumps(task, default=str))
+        except BaseException:   # stopped (SIGTERM, SIGINT): the task goes back to others
+            _end_group(p)
+            raise
         if p.returncode != 0:
-            tail = p.stderr.strip()[-STDERR_TAIL:]
+            tail = err.strip()[-STDERR_TAIL:]
             raise Failed(f"{argv[0]} exited {p.returncode}" + (f":\n{tail}" if tail else ""))
-        out = p.stdout.strip()
+        out = out.strip()
         if len(out) > RESULT_MAX:
             out = out[:RESULT_MAX] + f"\n[... {len(out) - RESULT_MAX} more characters]"
         return out or "done"
     return handler
+
+
+def _end_group(p: subprocess.Popen) -> None:
+    """End the program and every process it started (its process group): SIGTERM,
+    then SIGKILL for what is left after STOP_GRACE."""
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE
+        while True:
+            p.poll()   # the program, once ended, leaves the group only when reaped
+            os.killpg(p.pid, 0)   # ProcessLookupError once none is left
+            if time.monotonic() >= end:
+                os.killpg(p.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+    except ProcessLookupError:
+        pass
+    p.wait()
 
 
 @command(app, "work", context_settings={"allow_interspersed_args": False})
@@ -78,12 +104,13 @@ def work(s: Scope,
              "--idle", metavar="SECONDS", min=0, help="Exit after this long with nothing ready "
              "(default: wait for work forever).", show_default=False)] = None,
          backoff: Annotated[float, typer.Option(
-             "--backoff", metavar="SECONDS", min=0, help="Before a failed task is offered again; "
-             "doubles with each retry.")] = 10.0):
+             "--backoff", metavar="SECONDS", min=0, help="Before a failed task is offered again, "
+             "or one it cannot start is looked at again; doubles each time.")] = 10.0):
     """Work tasks with a program, one at a time: claim the best ready task, run PROGRAM,
     submit its output (or complete it, for a task without review), or on failure give it
     back to be retried after a backoff (failed once its retries are used up). Sleeps on
-    the notifier between tasks; SIGTERM gives the current task back."""
+    the notifier between tasks; SIGTERM gives the current task back and ends PROGRAM
+    with every process it started."""
     from ..worker import Worker
     if not cmd:
         raise UsageError("no command given", "gitdrop work --as A -- ./handler.sh")
@@ -100,16 +127,20 @@ def work(s: Scope,
         if what == "started":
             started[tid] = time.monotonic()
         took = f" in {time.monotonic() - started.pop(tid):.1f} s" if tid in started and \
-            what in ("done", "failed", "released", "lost") else ""
+            what in ("done", "failed", "released", "lost", "held") else ""
         line = {
-            "claimed": f"task {tid}: claimed · {ev['title']}",
+            "claimed": f"task {tid}: claimed · {fmt.shown(ev.get('title', ''))}",
             "done": f"task {tid}: {paint('done', 'green')} → {ev.get('state')}{took}",
             "failed": f"task {tid}: {paint('failed', 'red')}{took}: "
                       f"{' '.join(ev.get('error', '').split())[:120]}"
                       + (" (final)" if ev.get("final") else
                          f" (retry {ev.get('retries')} in {ev.get('retry_in')} s)"),
-            "released": f"task {tid}: released ({ev.get('reason', '')[:100]})",
+            "released": f"task {tid}: released ({ev.get('reason', '')[:100]})"
+                        + (f"; passed over for {ev['retry_in']} s" if ev.get("retry_in") else ""),
             "lost": f"task {tid}: taken from us meanwhile ({ev.get('state')})",
+            "held": f"task {tid}: {paint('could neither hand it in nor give it back', 'red')}: "
+                    f"{' '.join(ev.get('reason', '').split())[:160]}; passed over for "
+                    f"{ev.get('retry_in')} s",
             "reaped": f"task {tid}: reaped (its holder's lease expired)",
             "error": f"{' '.join(ev.get('error', '').split())[:160]}; trying again",
             "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
