@@ -95,13 +95,15 @@ def cards(page: str, state: str) -> list[str]:
 
 
 def login(s: Server, hub_path: str, agent: str):
+    """A client logged in as `agent`, and the login's key (what /board.js keeps in the
+    browser's storage and puts in each form's csrf field)."""
     c = s.client()
     r = c.post("/login", data={"token": tokens.mint(hub_path, agent)})
-    assert r.status_code == 303, r.text
+    assert r.status_code == 200, r.text
+    key = re.search(r'<meta name="gitdrop-key" content="([^"]+)">', r.text).group(1)
     page = c.get("/r/lobby").text
     assert f"signed in as <b>{agent}</b>" in page
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
-    return c, csrf
+    return c, key
 
 
 def tip(hub) -> str:
@@ -232,7 +234,7 @@ def test_posts_without_login_or_csrf_are_refused(web, hub):
     assert c.post("/r/lobby/t/4/approve", data={}).status_code == 403
     assert c.post("/r/lobby/t/4/approve", data={"csrf": csrf + "x"}).status_code == 403
     with web.client() as forged:
-        forged.cookies.set("gitdrop_session", "e30.AAAA")
+        forged.cookies.set(f"gitdrop_session_{web.port}", "e30.AAAA")
         assert forged.post("/r/lobby/t/4/approve", data={"csrf": csrf}).status_code == 403
     assert web.client().post("/login", data={"token": "gd_nope"}).status_code == 403
     assert tip(hub) == before
@@ -461,10 +463,150 @@ def test_hostile_requests_get_an_answer_not_a_server_error(web, hub):
     r = web.client().post("/login", content=chunks(),
                           headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert r.status_code == 400 and "too large" in r.text
-    r = c.post("/r/lobby/send", headers={"Cookie": "gitdrop_session=\u00e9.\u00e9".encode("latin-1")},
+    r = c.post("/r/lobby/send", headers={"Cookie": f"gitdrop_session_{web.port}=\u00e9.\u00e9".encode("latin-1")},
                data={"csrf": csrf, "to": "spartan", "text": "x"})
     assert r.status_code == 403
     before = tip(hub)
     r = c.post("/r/lobby/send", content=b"csrf=" + csrf.encode() + b"&to=spartan&text=caf%E9",
                headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert r.status_code == 409 and "UTF-8" in r.text and tip(hub) == before
+
+
+def test_the_session_cookie_alone_cannot_act(web, hub):
+    """Cookies ignore ports: any other server on this host that the browser visits
+    receives the board's cookie. With it, it reads pages, but no page and not the
+    cookie carries the login's key, so whatever it posts is refused. The port in the
+    cookie's name keeps a second board's login from replacing the first's."""
+    c, key = login(web, hub.path, "ops/ada")
+    (name, value), = c.cookies.items()
+    assert name == f"gitdrop_session_{web.port}" and key not in value
+    thief = web.client()
+    thief.cookies.set(name, value)
+    seen = "".join(thief.get(p).text for p in ("/r/lobby", "/r/lobby/t/3", "/r/lobby/inbox"))
+    assert "signed in as <b>ops/ada</b>" in seen and key not in seen
+    before = tip(hub)
+    for csrf in set(re.findall(r'name="csrf" value="([^"]*)"', seen)) | {""}:
+        r = thief.post("/r/lobby/t/3/answer", data={"csrf": csrf, "text": "stolen"},
+                       headers={"Origin": web.url})
+        assert r.status_code == 403 and "Log in again" in r.text, r.text
+    assert tip(hub) == before
+    other = Server(hub.path)
+    try:
+        r = c.post(other.url + "/login", data={"token": tokens.mint(hub.path, "core/juno")})
+        assert r.status_code == 200
+        assert "signed in as <b>core/juno</b>" in c.get(other.url + "/r/lobby").text
+        assert "signed in as <b>ops/ada</b>" in c.get("/r/lobby").text
+    finally:
+        other.stop()
+    r = c.post("/r/lobby/t/3/answer", data={"csrf": key, "text": "8080"})
+    assert r.status_code == 303 and hub.room("lobby").task(3)["answer"] == "8080"
+
+
+def test_an_open_stream_ends_with_its_login(hub):
+    """Off loopback a stream needs a login; once its token is revoked it delivers
+    nothing more and ends."""
+    s = Server(hub.path, require_login=True)
+    got, ended, ready = [], threading.Event(), threading.Event()
+    c, _ = login(s, hub.path, "core/kai")
+
+    def listen():
+        try:
+            with c.stream("GET", "/r/lobby/events", timeout=10.0) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    ready.set()
+                    if line.startswith("data: "):
+                        got.append(line)
+                        return
+            ended.set()
+        except httpx.HTTPError:
+            pass
+    try:
+        t = threading.Thread(target=listen, daemon=True)
+        t.start()
+        assert ready.wait(5)
+        tokens.revoke(hub.path, "core/kai")
+        hub.room("lobby").create_task("core/juno", "the secret plan")
+        assert ended.wait(5) and not got, got
+    finally:
+        s.stop()
+
+
+def test_login_and_logout_from_another_site_are_refused(web, hub):
+    """Another site's page must not log the person in as its own agent, nor out."""
+    foreign = {"Origin": f"http://localhost:{web.port}"}
+    with web.client() as c:
+        r = c.post("/login", data={"token": tokens.mint(hub.path, "core/kai")}, headers=foreign)
+        assert r.status_code == 403 and "its own address" in r.text
+        assert "set-cookie" not in r.headers
+    c, _ = login(web, hub.path, "core/juno")
+    r = c.post("/logout", headers=foreign)
+    assert r.status_code == 403 and "its own address" in r.text
+    assert "signed in as <b>core/juno</b>" in c.get("/r/lobby").text
+    assert c.post("/logout", headers={"Origin": web.url}).status_code == 303
+    assert "signed in as" not in c.get("/r/lobby").text
+
+
+def test_a_commit_page_shows_only_a_commit_of_its_room(web, hub):
+    """Not another room's commit, nor a destroyed room's (the hub keeps its objects),
+    nor one named by a prefix; a tree or a blob is a 404, not a server error."""
+    import pygit2
+    hub.create_room("hub/admin", "secret")
+    r = hub.room("secret")
+    r.register("ops/ada")
+    r.send("ops/ada", "ops/ada", "the launch code is 1234")
+    secret = hub.store.tip("refs/heads/rooms/secret")
+    hub.destroy_room("secret", "hub/admin")
+    lobby = tip(hub)
+    tree = pygit2.Repository(hub.path)[lobby].tree
+    blob = next(str(e.id) for e in tree if e.type_str == "blob")
+    with web.client() as c:
+        assert c.get(f"/r/lobby/c/{lobby}").status_code == 200
+        for oid, want in ((secret, 404), (str(tree.id), 404), (blob, 404), (lobby[:8], 400)):
+            r = c.get(f"/r/lobby/c/{oid}")
+            assert r.status_code == want and "launch code" not in r.text, (oid, r.status_code)
+            assert "follow a link of the room&#x27;s log" in r.text
+
+
+def test_event_streams_are_capped_per_client_and_in_all(hub):
+    s = Server(hub.path, streams=(2, 3))
+
+    def client(address):
+        return httpx.Client(base_url=s.url, timeout=5.0,
+                            transport=httpx.HTTPTransport(local_address=address))
+    opened = []
+
+    def open_(c):
+        cm = c.stream("GET", "/r/lobby/events")
+        r = cm.__enter__()
+        if r.status_code == 200:
+            opened.append(cm)
+        else:
+            r.read()
+            cm.__exit__(None, None, None)
+        return r
+    try:
+        one, two, three = client("127.0.0.1"), client("127.0.0.2"), client("127.0.0.3")
+        assert [open_(one).status_code for _ in range(2)] == [200, 200]
+        r = open_(one)
+        assert r.status_code == 503 and "close some of the board's tabs" in r.text
+        assert open_(two).status_code == 200
+        r = open_(three)
+        assert r.status_code == 503 and "reload later" in r.text
+        opened.pop(0).__exit__(None, None, None)   # a tab closed: room for one more
+        deadline = time.time() + 5
+        while open_(three).status_code != 200:
+            assert time.time() < deadline, "a closed stream was still counted"
+            time.sleep(0.1)
+    finally:
+        for cm in opened:
+            cm.__exit__(None, None, None)
+        s.stop()
+
+
+def test_the_done_box_says_only_the_boards_own_words(web):
+    lie = "Your session expired. Log in again at http://gitdrop-login.example/"
+    with web.client() as c:
+        page = c.get("/r/lobby", params={"ok": lie}).text
+        assert lie not in page and 'class="ok"' not in page
+        assert '<div class="ok">approve done</div>' in c.get("/r/lobby/t/4?ok=approve").text

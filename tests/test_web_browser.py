@@ -177,3 +177,48 @@ def test_a_person_logs_in_approves_and_a_refusal_shows_the_rule(site):
     assert until(lambda: h.room("lobby").task("4")["state"] == "completed", 5)
     last = h.room("lobby").log(1)[0]
     assert (last["op"], last["author"]) == ("task-approve", "core/juno")
+
+
+def test_another_server_on_this_host_gets_the_cookie_but_cannot_act(site):
+    """Cookies ignore ports: a server on another port of this host that the person
+    visits receives the board's cookie. Replayed, it reads pages but cannot act: the
+    login's key is kept in the storage of the board's own origin, which includes the
+    port, and no page shows it. The person's own browser still acts."""
+    import http.server
+    import re
+    import threading
+    from gitdrop import tokens
+    h, s, b = site
+    got = []
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            got.append(self.headers.get("Cookie", ""))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<p>another server</p>")
+
+        def log_message(self, *a):
+            pass
+    other = http.server.HTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        _log_in(b, s.url, tokens.mint(h.path, "ops/ada"))
+        b.go(f"http://127.0.0.1:{other.server_port}/")
+        assert b.js("return localStorage.getItem('gitdrop-key')") is None
+    finally:
+        other.shutdown()
+        other.server_close()
+    cookie = next(c for c in got if "gitdrop_session" in c)
+    with s.client(headers={"Cookie": cookie, "Origin": s.url}) as thief:
+        page = thief.get("/r/lobby/t/3").text
+        assert "signed in as <b>ops/ada</b>" in page
+        csrf = re.search(r'name="csrf" value="([^"]*)"', page).group(1)
+        r = thief.post("/r/lobby/t/3/answer", data={"csrf": csrf, "text": "stolen"})
+    assert r.status_code == 403 and h.room("lobby").task("3")["state"] == "feedback"
+    b.go(s.url + "/r/lobby/t/3")
+    b.js("document.querySelector('textarea[name=text]').value = '8080'")
+    _click(b, "/answer")
+    assert until(lambda: h.room("lobby").task("3")["state"] == "in_progress", 5)
+    assert h.room("lobby").task("3")["answer"] == "8080"

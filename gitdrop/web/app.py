@@ -5,14 +5,15 @@ passes `require_login=True` for any other address); acting always does. A login
 is a hub token (`gitdrop token team/name`): the session cookie is signed with a
 secret of this process, HttpOnly and SameSite=Strict, and names the agent and the
 token's digest (a rotated or revoked token ends the session). Every POST action
-also carries the session's CSRF token in its form. Writes go through the core, so
-the rules decide; a refusal is shown with the rule's own words.
+also carries the login's key (Board.key), which no page shows. Writes go through
+the core, so the rules decide; a refusal is shown with the rule's own words.
 """
 
 import asyncio
 import base64
 import hashlib
 import hmac
+import itertools
 import json
 import secrets
 import threading
@@ -31,15 +32,17 @@ from .. import events as eventsmod
 from .. import model, tokens
 from ..transports.httpd import LOOPBACK, host_of
 from ..core import by_short_name
+from ..view import first_parent_walk
 from ..errors import GitdropError, NotFound, Refusal, UsageError
 from . import charts, pages
 
-COOKIE = "gitdrop_session"
+COOKIE = "gitdrop_session"   # and _PORT: see Board.cookie_name
 SESSION_SECONDS = 12 * 3600
 WATCHER = "hub/web"        # the notifier's subscriber id: nobody commits as it
 KEEPALIVE = 15.0           # seconds between SSE comments while nothing lands
 TICK = 0.5                 # seconds between checks that a stream's reader is still there
-HISTORY_CAP = 20000        # commits read for the log filters and the charts
+HISTORY_CAP = 20000        # commits read for the log filters, the charts, a commit's page
+STREAMS = (16, 200)        # open event streams at most: from one client address, in all
 MAX_FORM = 256 * 1024
 STATUS = {Refusal: 409, NotFound: 404, UsageError: 400}
 
@@ -90,8 +93,24 @@ class Board:
         mac = _b64(hmac.new(self.secret, raw.encode(), hashlib.sha256).digest())
         return f"{raw}.{mac}"
 
+    @staticmethod
+    def cookie_name(request: Request) -> str:
+        """Cookies ignore ports: with the port in its name, a login to one board does
+        not replace the login to another on the same host."""
+        return f"{COOKIE}_{request.url.port or 80}"
+
+    def key(self, session: dict) -> str:
+        """The login's key, which every action must carry. The browser sends the cookie
+        to every server on this host, whatever its port: one the person visits could
+        replay it. The key is derived from the cookie with this process's secret, shown
+        once (the login's answer), and kept by the browser in storage of this board's
+        origin (scheme, host and port), which another port cannot read. No page shows
+        it, so the cookie alone reads but cannot act."""
+        return _b64(hmac.new(self.secret, b"key:" + str(session.get("n", "")).encode(),
+                             hashlib.sha256).digest())
+
     def session(self, request: Request) -> dict | None:
-        value = request.cookies.get(COOKIE, "")
+        value = request.cookies.get(self.cookie_name(request), "")
         raw, _, mac = value.partition(".")
         if not raw or not mac:
             return None
@@ -115,24 +134,28 @@ class Board:
         v._refresh()
         return bool(agent) and v._by_hash.get(digest) == agent
 
-    def login(self, token: str) -> str:
+    def login(self, token: str) -> tuple[str, str, str] | None:
+        """(cookie, key, agent) for a token of the hub, else None."""
         agent = self.verifier.agent(token.strip())
         if not agent:
-            return ""
-        return self.sign({"a": agent, "t": tokens.digest(token.strip()),
-                          "c": secrets.token_urlsafe(24), "e": int(time.time()) + SESSION_SECONDS})
+            return None
+        s = {"a": agent, "t": tokens.digest(token.strip()), "n": secrets.token_urlsafe(24),
+             "e": int(time.time()) + SESSION_SECONDS}
+        return self.sign(s), self.key(s), agent
 
 
 def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = None,
-             notifier: bool = True, hosts=LOOPBACK) -> Starlette:
+             notifier: bool = True, hosts=LOOPBACK, streams=STREAMS) -> Starlette:
     """The web board of the hub at `hub_path`. `require_login`: every page needs a
     login (for a board bound to an address other machines reach). Without it, the
-    board answers only requests addressed to one of `hosts` (see HostGuard)."""
+    board answers only requests addressed to one of `hosts` (see HostGuard).
+    `streams`: how many event streams may be open from one client address, in all."""
     b = Board(hub_path, require_login, secret)
+    open_streams: dict[str, int] = {}   # client address: its open event streams
 
-    def who(request):
+    def who(request) -> str:
         s = b.session(request)
-        return (s["a"], s["c"]) if s else ("", "")
+        return s["a"] if s else ""
 
     def humans_of(room, ids):
         """Which of `ids` are people (register --human), from their own files: who()
@@ -184,53 +207,67 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                                            keep_blank_values=True, encoding="utf-8",
                                            errors="surrogateescape"))
 
+    def cross_site(request):
+        """403 for a POST whose Origin is another site's (a login and a logout too:
+        another site could log you in as its own agent). A POST without Origin is let
+        through: requiring it would not stop a replayed cookie (a program sets any
+        Origin it likes); the key does (Board.key)."""
+        origin = request.headers.get("origin")
+        if origin and origin.split("://", 1)[-1] != request.headers.get("host", ""):
+            return html(pages.page("403", f"<h1>403</h1><p>cross-site request refused: this "
+                                   f"form was sent from a page of {pages.e(origin[:100])}. Open "
+                                   "the board at its own address and use its forms.</p>"), 403)
+        return None
+
     def action(fn):
-        """A POST that writes: a session and its CSRF token, or 403 and nothing written."""
+        """A POST that writes: a session and its key, or 403 and nothing written."""
         async def post(request):
             s = b.session(request)
             if not s:
                 return html(pages.login("acting needs a login"), 403)
-            origin = request.headers.get("origin")
-            if origin and origin.split("://", 1)[-1] != request.headers.get("host", ""):
-                return html(pages.page("403", "<h1>403</h1><p>cross-site request refused</p>"), 403)
+            refused = cross_site(request)
+            if refused:
+                return refused
             try:
                 form = await form_of(request)
             except GitdropError as err:
                 return failed(err)
             if not hmac.compare_digest(form.get("csrf", "").encode("utf-8", "surrogateescape"),
-                                       s["c"].encode()):
-                return html(pages.page("403", "<h1>403</h1><p>the form's CSRF token is "
-                                       "missing or wrong: reload the page</p>"), 403)
+                                       b.key(s).encode()):
+                return html(pages.page("403", "<h1>403</h1><p>this form did not carry your "
+                                       "login's key, which this browser keeps for this board's "
+                                       "address once its script has run. Log in again at "
+                                       '<a href="/login">/login</a> in this browser, with '
+                                       "script on, then use the form again.</p>"), 403)
             try:
-                return await fn(request, s["a"], s["c"], form)
+                return await fn(request, s["a"], form)
             except GitdropError as err:
                 return failed(err)
         return post
 
     # --- pages ------------------------------------------------------------------
     async def index(request):
-        user, _ = who(request)
+        user = who(request)
         rows = await b.call(b.hub.rooms)
         return html(pages.rooms(rows, user))
 
-    def board_page(name, user, csrf, err=None, ok=""):
+    def board_page(name, user, err=None, ok=""):
         room = b.room(name)
         data = boardmod.board_data(room)
-        return pages.board(data, user, csrf, is_human(room, user), err, ok)
+        return pages.board(data, user, is_human(room, user), err, ok)
 
     async def board(request):
-        user, csrf = who(request)
+        user = who(request)
         name = request.path_params["room"]
         ok = request.query_params.get("ok", "")
-        return html(await b.call(board_page, name, user, csrf, None, ok))
+        return html(await b.call(board_page, name, user, None, ok))
 
     async def fragment(request):
-        user, csrf = who(request)
         room = await b.call(b.room, request.path_params["room"])
         data = await b.call(boardmod.board_data, room)
-        return html(pages.board_fragment(data, csrf))
+        return html(pages.board_fragment(data))
 
-    def task_page(name, tid, user, csrf, err=None, ok=""):
+    def task_page(name, tid, user, err=None, ok=""):
         room = b.room(name)
         t = room.task(tid)
         hist = room.history(n=500, task=str(t["id"]), messages_only=False)
@@ -238,12 +275,12 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         msgs = [h for h in hist if h["op"] == "send"]
         humans = humans_of(room, [t["assignee"], t["creator"], t["reviewer"]]
                            + [h["from"] for h in hist])
-        return pages.task(name, t, moves, msgs, user, csrf, humans, user in humans, err, ok)
+        return pages.task(name, t, moves, msgs, user, humans, user in humans, err, ok)
 
     async def task(request):
-        user, csrf = who(request)
+        user = who(request)
         p = request.path_params
-        return html(await b.call(task_page, p["room"], p["id"], user, csrf, None,
+        return html(await b.call(task_page, p["room"], p["id"], user, None,
                                  request.query_params.get("ok", "")))
 
     def agent_page(name, agent, user):
@@ -259,7 +296,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         return pages.agent(name, a, mine, acts, user, is_human(room, user))
 
     async def agent(request):
-        user, _ = who(request)
+        user = who(request)
         p = request.path_params
         return html(await b.call(agent_page, p["room"], p["agent"], user))
 
@@ -276,7 +313,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         return pages.log(name, hist[-limit:], filters, user, is_human(room, user))
 
     async def log(request):
-        user, _ = who(request)
+        user = who(request)
         q = request.query_params
         filters = {k: q.get(k, "") for k in ("author", "op", "task")}
         return html(await b.call(log_page, request.path_params["room"], filters, user))
@@ -290,7 +327,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                 charts.graph_svg(room.graph(), f"/r/{pages.u(name)}"))
 
     async def charts_page(request):
-        user, _ = who(request)
+        user = who(request)
         name = request.path_params["room"]
         flow, act, graph = await b.call(chart_data, name)
         return html(pages.charts(name, flow, act, graph, user))
@@ -305,43 +342,46 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
 
     def commit_page(name, oid, user):
         room = b.room(name)
-        if not (4 <= len(oid) <= 64) or oid.strip("0123456789abcdef"):
-            raise UsageError(f"{oid[:70]!r} is not a commit id", "follow a link of the log")
+        if len(oid) != 40 or oid.strip("0123456789abcdef"):
+            raise UsageError(f"{oid[:70]!r} is not a full commit id (40 hex digits)",
+                             "follow a link of the room's log")
+        # Only a commit of this room's history: the hub keeps every room's objects, a
+        # destroyed room's too. The walk reads commits only (a tree or blob id is not
+        # found, not read as a commit) and goes back as far as the log's filters do.
         reader = room.store.reader
-        try:
-            c = reader.commit(oid)
-        except (KeyError, ValueError, GitdropError):
-            c = None
+        walk = first_parent_walk(reader, room.store.room_tip(room.name))
+        c = next((c for c in itertools.islice(walk, HISTORY_CAP) if c.oid == oid), None)
         if c is None:
-            raise NotFound(f"no commit {oid}", "follow a link of the log")
+            raise NotFound(f"no commit {oid} among the last {HISTORY_CAP} of room {name!r}",
+                           "follow a link of the room's log")
         ev = eventsmod.event(reader, c)
         return pages.commit(name, {"id": c.oid, "author": c.author, "time": c.time,
                                    "subject": ev["subject"], "body": c.message}, user)
 
     async def commit(request):
-        user, _ = who(request)
+        user = who(request)
         p = request.path_params
         return html(await b.call(commit_page, p["room"], p["oid"], user))
 
-    def inbox_page(name, user, csrf, ok=""):
+    def inbox_page(name, user, ok=""):
         room = b.room(name)
         got = room.inbox(user, limit=200, peek=True)
-        return pages.inbox(name, got, user, csrf, is_human(room, user), ok)
+        return pages.inbox(name, got, user, is_human(room, user), ok)
 
     async def inbox(request):
-        user, csrf = who(request)
+        user = who(request)
         if not user:
             return html(pages.login("your inbox needs a login"), 401)
-        return html(await b.call(inbox_page, request.path_params["room"], user, csrf,
+        return html(await b.call(inbox_page, request.path_params["room"], user,
                                  request.query_params.get("ok", "")))
 
-    async def mark_read(request, agent, csrf, form):
+    async def mark_read(request, agent, form):
         name = request.path_params["room"]
 
         def do():
             return b.room(name).inbox(agent, limit=0)
-        r = await b.call(do)
-        return acted(request, f"/r/{pages.u(name)}/inbox", f"marked {r['unread']} read")
+        await b.call(do)
+        return acted(request, f"/r/{pages.u(name)}/inbox", "read")
 
     async def board_js(request):
         return Response(pages.BOARD_JS, media_type="text/javascript",
@@ -353,14 +393,33 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         await b.call(b.room, name)   # NotFound before any stream
         if b.notifier is None:
             raise UsageError("live updates are off", "reload the page")
+        # Each open stream holds a socket and wakes every TICK: a cap per client
+        # address and one in all keep one client from taking the server's files.
+        client = request.client.host if request.client else ""
+        mine, total = open_streams.get(client, 0), sum(open_streams.values())
+        if mine >= streams[0] or total >= streams[1]:
+            why = (f"{mine} live streams are open from your address already: close some of "
+                   "the board's tabs, then reload" if mine >= streams[0] else
+                   f"the board has {total} live streams open already: reload later")
+            return Response(why + " (the pages work without live updates meanwhile)\n",
+                            status_code=503, media_type="text/plain")
+        opened = b.session(request)
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
 
         def landed(evs):
             loop.call_soon_threadsafe(q.put_nowait, evs)
-        unsubscribe = b.notifier.subscribe(name, WATCHER, landed, every=True)
+
+        def still():
+            """A stream opened with a login ends with it (expired, or its token rotated
+            or revoked): checked before each delivery and at each keepalive."""
+            return opened is None or b.session(request) is not None
 
         async def gen():
+            # Taken here, not before: a body never started (the client gone before the
+            # headers) runs no finally, and would keep its count and subscription.
+            unsubscribe = b.notifier.subscribe(name, WATCHER, landed, every=True)
+            open_streams[client] = open_streams.get(client, 0) + 1
             try:
                 yield ": live\n\n"
                 quiet = 0.0
@@ -372,9 +431,13 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                         if await request.is_disconnected():
                             break
                         if quiet >= KEEPALIVE:
+                            if not still():
+                                break
                             quiet = 0.0
                             yield ": keepalive\n\n"
                         continue
+                    if not still():
+                        break
                     for ev in evs:
                         data = {k: ev.get(k) for k in ("id", "op", "from", "time", "subject",
                                                         "task", "to")}
@@ -383,6 +446,9 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                                f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
             finally:
                 unsubscribe()
+                open_streams[client] -= 1
+                if not open_streams[client]:
+                    del open_streams[client]
         return StreamingResponse(gen(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store",
                                           "X-Accel-Buffering": "no"})
@@ -392,29 +458,38 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         return html(pages.login())
 
     async def login(request):
+        refused = cross_site(request)
+        if refused:
+            return refused
         try:
             form = await form_of(request)
         except GitdropError as err:
             return failed(err)
-        cookie = b.login(form.get("token", ""))
-        if not cookie:
-            return html(pages.login("that is not a token of this hub"), 403)
-        r = RedirectResponse("/", status_code=303)
-        r.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, httponly=True,
+        got = b.login(form.get("token", ""))
+        if not got:
+            return html(pages.login("that is not a token of this hub: paste the one "
+                                    "gitdrop token team/name printed"), 403)
+        cookie, key, agent = got
+        r = html(pages.logged_in(agent, key))
+        r.set_cookie(b.cookie_name(request), cookie, max_age=SESSION_SECONDS, httponly=True,
                      samesite="strict", path="/")
         return r
 
     async def logout(request):
+        refused = cross_site(request)
+        if refused:
+            return refused
         r = RedirectResponse("/", status_code=303)
-        r.delete_cookie(COOKIE, path="/")
+        r.delete_cookie(b.cookie_name(request), path="/")
         return r
 
     # --- acting -----------------------------------------------------------------
     def acted(request, where: str, ok: str):
-        return RedirectResponse(f"{where}?ok={pages.u(ok)}", status_code=303)
+        """Back to `where`, saying `ok`: a code of pages.DONE."""
+        return RedirectResponse(f"{where}?ok={ok}", status_code=303)
 
     def task_move(move):
-        async def act(request, agent, csrf, form):
+        async def act(request, agent, form):
             p = request.path_params
             name, tid = p["room"], p["id"]
             kw = {}
@@ -427,15 +502,14 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
             def do():
                 return b.room(name).move_task(agent, tid, move, **kw)
             try:
-                r = await b.call(do)
+                await b.call(do)
             except Refusal as err:
-                return html(await b.call(task_page, name, tid, agent, csrf, err), 409)
-            return acted(request, f"/r/{pages.u(name)}/t/{pages.u(tid)}",
-                         f"task {r.get('id', tid)}: {move} done, now {r.get('state', '')}")
+                return html(await b.call(task_page, name, tid, agent, err), 409)
+            return acted(request, f"/r/{pages.u(name)}/t/{pages.u(tid)}", move)
         return act
 
     def sender(on_task: bool):
-        async def act(request, agent, csrf, form):
+        async def act(request, agent, form):
             p = request.path_params
             name, tid = p["room"], p.get("id", "")
             to, text = form.get("to", "").strip(), form.get("text", "")
@@ -446,10 +520,10 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                 await b.call(do)
             except Refusal as err:
                 if on_task:
-                    return html(await b.call(task_page, name, tid, agent, csrf, err), 409)
-                return html(await b.call(board_page, name, agent, csrf, err), 409)
+                    return html(await b.call(task_page, name, tid, agent, err), 409)
+                return html(await b.call(board_page, name, agent, err), 409)
             where = f"/r/{pages.u(name)}" + (f"/t/{pages.u(tid)}" if on_task else "")
-            return acted(request, where, f"sent to {to}")
+            return acted(request, where, "sent")
         return act
 
     routes = [

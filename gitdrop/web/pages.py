@@ -51,7 +51,7 @@ def page(title: str, body: str, user: str = "", room: str = "", human: bool = Fa
             f'</title><meta name="viewport" content="width=device-width,initial-scale=1">'
             f'<style>{CSS}</style></head><body><header><b>gitdrop</b> {nav}'
             f'<span style="margin-left:auto">{who}</span></header><main>{body}</main>'
-            f'</body></html>')
+            f'{SCRIPT}</body></html>')
 
 
 def refusal(err) -> str:
@@ -62,7 +62,14 @@ def refusal(err) -> str:
             f'{e(err.rule)}</code></b><div>why: {e(err.reason)}</div>{fix}</div>')
 
 
-def done(text: str) -> str:
+# What `?ok=` may say: a code of these, never words from the link (anyone can send
+# a link that would make the board say anything).
+DONE = {"answer": "answer done", "approve": "approve done", "reject": "reject done",
+        "sent": "message sent", "read": "inbox marked read"}
+
+
+def done(code: str) -> str:
+    text = DONE.get(code, "")
     return f'<div class="ok">{e(text)}</div>' if text else ""
 
 
@@ -92,12 +99,14 @@ def rooms(rows: list[dict], user: str = "", human: bool = False) -> str:
     return page("rooms", "".join(body), user, human=human)
 
 
-def form(action: str, csrf: str, inner: str, button: str) -> str:
+def form(action: str, inner: str, button: str) -> str:
+    """A form that acts: /board.js puts the login's key in its csrf field as it is
+    submitted (the key is never in a page: see app.Board.key)."""
     return (f'<form method="post" action="{e(action)}"><input type="hidden" name="csrf" '
-            f'value="{e(csrf)}">{inner}<button>{e(button)}</button></form>')
+            f'value="">{inner}<button>{e(button)}</button></form>')
 
 
-def board_fragment(data: dict, csrf: str = "") -> str:
+def board_fragment(data: dict) -> str:
     room = data["room"]
     humans = {a["agent"] for a in data["agents"] if a.get("human")}
     out = [f'<div id="board" data-tip="{e(data["tip"])}"><p class="dim">'
@@ -151,7 +160,13 @@ def board_fragment(data: dict, csrf: str = "") -> str:
     return "".join(out)
 
 
-BOARD_JS = """(function(){var busy=false,again=false;
+BOARD_JS = """(function(){
+var k=document.querySelector('meta[name=gitdrop-key]');
+if(k){localStorage.setItem('gitdrop-key',k.content);location.replace('/');return}
+document.addEventListener('submit',function(ev){var f=ev.target.elements.csrf;
+if(f){f.value=localStorage.getItem('gitdrop-key')||''}},true);
+if(!document.getElementById('board')){return}
+var busy=false,again=false;
 function refresh(){if(busy){again=true;return}busy=true;
 fetch(location.pathname.replace(/\\/$/,'')+'/fragment',{credentials:'same-origin'})
 .then(function(r){return r.ok?r.text():null}).then(function(t){
@@ -161,22 +176,22 @@ var es=new EventSource(location.pathname.replace(/\\/$/,'')+'/events');window.gi
 var opened=false;es.addEventListener('open',function(){if(opened){refresh()}opened=true});
 es.addEventListener('commit',refresh);})();
 """
-LIVE_JS = '<script src="/board.js"></script>'
+SCRIPT = '<script src="/board.js"></script>'   # on every page: the forms and the live board
 
 
-def board(data: dict, user: str, csrf: str, human: bool = False, err=None, ok: str = "") -> str:
+def board(data: dict, user: str, human: bool = False, err=None, ok: str = "") -> str:
     room = data["room"]
     send = ""
     if user:
         send = ("<h2>Send a message</h2>" + form(
-            f"/r/{u(room)}/send", csrf,
+            f"/r/{u(room)}/send",
             '<label>to <input name="to" placeholder="team/name, @team or all" required></label> '
             '<br><textarea name="text" rows="3" required></textarea><br>', "send"))
     return page(f"board · {room}", f"<h1>Room {e(room)}</h1>{refusal(err)}{done(ok)}"
-                f"{board_fragment(data, csrf)}{send}{LIVE_JS}", user, room, human)
+                f"{board_fragment(data)}{send}", user, room, human)
 
 
-def task(room: str, t: dict, moves: list, messages: list, user: str, csrf: str,
+def task(room: str, t: dict, moves: list, messages: list, user: str,
          humans=(), human: bool = False, err=None, ok: str = "") -> str:
     tid = str(t["id"])
     rows = [("state", t["state"]), ("priority", t["priority"]),
@@ -206,15 +221,15 @@ def task(room: str, t: dict, moves: list, messages: list, user: str, csrf: str,
         acts = []
         if t["state"] == "feedback":
             acts.append("<h3>Answer the question</h3>" + form(
-                base + "/answer", csrf, '<textarea name="text" rows="3" required></textarea><br>',
+                base + "/answer", '<textarea name="text" rows="3" required></textarea><br>',
                 "answer"))
         if t["state"] == "review":
-            acts.append("<h3>Review</h3>" + form(base + "/approve", csrf, "", "approve")
-                        + form(base + "/reject", csrf,
+            acts.append("<h3>Review</h3>" + form(base + "/approve", "", "approve")
+                        + form(base + "/reject",
                                '<input name="reason" placeholder="why" size="50" required> ',
                                "reject"))
         acts.append("<h3>Message about this task</h3>" + form(
-            base + "/send", csrf, f'<label>to <input name="to" value="'
+            base + "/send", f'<label>to <input name="to" value="'
             f'{e(t.get("assignee") or t.get("creator") or "")}" required></label><br>'
             '<textarea name="text" rows="3" required></textarea><br>', "send"))
         body.append("<h2>Act</h2>" + "".join(acts))
@@ -293,7 +308,16 @@ def login(err: str = "", need: bool = False) -> str:
     return page("log in", body)
 
 
-def inbox(room: str, got: dict, user: str, csrf: str, human: bool = False, ok: str = "") -> str:
+def logged_in(user: str, key: str) -> str:
+    """After a login: /board.js keeps `key` in this browser's storage for this board's
+    address, then opens the rooms."""
+    body = (f'<meta name="gitdrop-key" content="{e(key)}"><h1>Logged in</h1><p>Signed in as '
+            f'<b>{e(user)}</b>. <a href="/">Go on to the rooms</a>. To act from this browser, '
+            "its script must run: it keeps your login's key for the forms.</p>")
+    return page("logged in", body)
+
+
+def inbox(room: str, got: dict, user: str, human: bool = False, ok: str = "") -> str:
     rows = []
     for m in got["messages"]:
         rows.append(f'<tr><td>{e(when(m["time"]))}</td><td>{agent_link(room, m["from"])}</td>'
@@ -301,7 +325,7 @@ def inbox(room: str, got: dict, user: str, csrf: str, human: bool = False, ok: s
                     f'<td><pre>{e(m.get("text") or m["subject"])}</pre></td></tr>')
     if not rows:
         rows.append('<tr><td class="dim">nothing unread</td></tr>')
-    mark = form(f"/r/{u(room)}/inbox/read", csrf, "", "mark all read") if got["unread"] else ""
+    mark = form(f"/r/{u(room)}/inbox/read", "", "mark all read") if got["unread"] else ""
     body = (f"<h1>Inbox of {e(user)} in {e(room)}</h1>{done(ok)}<p>{got['unread']} unread "
             f"(a message can be sent once they are read)</p>{mark}"
             f'<table id="inbox">{"".join(rows)}</table>')
