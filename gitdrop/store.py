@@ -54,6 +54,8 @@ class Reader:
         c = self._commits.get(oid)
         if c is None:
             obj = self.repo[oid]
+            if not isinstance(obj, pygit2.Commit):   # as catfile: a tree's id names no commit
+                raise KeyError(oid)
             # The bytes as the hook reads them (catfile): pygit2's .message and .name
             # decode by the commit's encoding header, so a commit declaring UTF-7
             # read one way at receipt and another here.

@@ -829,3 +829,18 @@ def test_text_that_would_draw_over_a_listing_is_shown_escaped(hub, team, gd):
     t = team.create_task("core/juno", "pay \u202e0001\u202c dollars")
     assert "\\u202e" in gd.ok("task", "show", str(t["id"])).out
     assert "\\u202e" in gd.ok("task", "list").out
+
+
+def test_an_id_that_names_no_commit_is_not_read_as_one(hub):
+    """pygit2's reader read a tree's id as a commit (AttributeError: a 500 on the
+    board's commit page); both readers answer KeyError, as for an id not there."""
+    from gitdrop.catfile import CatFile
+    tree = hub.store.reader.commit(hub.store.room_tip("lobby")).tree
+    cat = CatFile(hub.path)
+    try:
+        for reader in (hub.store.reader, cat):
+            for oid in (tree, "0" * 40):
+                with pytest.raises(KeyError):
+                    reader.commit(oid)
+    finally:
+        cat.close()
