@@ -3,6 +3,7 @@ and the notifier call these; each write is one commit checked by the rules."""
 
 import contextvars
 import functools
+import itertools
 import json
 import os
 import time
@@ -671,9 +672,13 @@ class Room:
                 "tasks": tasks, "reviews": reviews, "handshakes": acks,
                 "ready": ready, "ready_at": min(later, default=0)}
 
-    def history(self, n: int = 10, task: str = "", messages_only: bool = True) -> list[dict]:
+    def history(self, n: int = 10, task: str = "", messages_only: bool = True,
+                reach: int | None = None) -> list[dict]:
+        """The last `n` messages (or acts), those about `task` only if given, from the
+        last `reach` commits at most (None: back to the room's start)."""
         n, out = count_arg("n", n), []
-        for c in first_parent_walk(self.store.reader, self.store.room_tip(self.name)):
+        walk = first_parent_walk(self.store.reader, self.store.room_tip(self.name))
+        for c in itertools.islice(walk, reach):
             if len(out) >= n:
                 break
             if messages_only and c.op != "send" and c.op:

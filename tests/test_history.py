@@ -196,3 +196,19 @@ def test_two_processes_register_one_new_name_exactly_one_joins(hub, lobby, tmp_p
         assert view.agent(n)["description"] == f"by {won[0]}"
     ops = [e["op"] for e in lobby.log(1000)]
     assert ops.count("register") == len(names) and "status" not in ops
+
+
+def test_history_of_a_task_reaches_back_only_as_far_as_asked(team):
+    """A filter matching little walks the whole room: the board bounds the walk
+    (reach), so a task with no messages cannot hold it for seconds."""
+    t = team.create_task("core/juno", "an old one")
+    for k in range(3):
+        team.send("core/juno", "core/kai", f"about it {k}", task=t["id"])
+        team.inbox("core/juno")
+        team.inbox("core/kai")
+    for k in range(6):
+        team.send("core/juno", "core/kai", f"other {k}")
+        team.inbox("core/kai")
+    assert len(team.history(100, task=t["id"])) == 3
+    assert team.history(100, task=t["id"], reach=6) == []
+    assert [m["text"] for m in team.history(100, reach=6)] == [f"other {k}" for k in range(3, 6)]

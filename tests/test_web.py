@@ -543,8 +543,13 @@ def test_login_and_logout_from_another_site_are_refused(web, hub):
     r = c.post("/logout", headers=foreign)
     assert r.status_code == 403 and "its own address" in r.text
     assert "signed in as <b>core/juno</b>" in c.get("/r/lobby").text
+    kept = dict(c.cookies)   # a copy of the cookie, as another program could keep it
     assert c.post("/logout", headers={"Origin": web.url}).status_code == 303
     assert "signed in as" not in c.get("/r/lobby").text
+    with web.client() as copy:   # the logout ended the login, not only this browser's cookie
+        copy.cookies.update(kept)
+        assert "signed in as" not in copy.get("/r/lobby").text
+        assert copy.get("/r/lobby/inbox").status_code == 401
 
 
 def test_a_commit_page_shows_only_a_commit_of_its_room(web, hub):

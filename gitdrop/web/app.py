@@ -76,6 +76,9 @@ class Board:
         self.lock = threading.RLock()
         self.notifier = None
         self.stopping = threading.Event()
+        # Logins ended by a logout, until they would have expired anyway: a cookie
+        # is its own proof, so a copy kept somewhere would outlive the logout.
+        self.ended: dict[str, float] = {}
 
     # --- the hub ----------------------------------------------------------------
     async def call(self, fn, *a, **kw):
@@ -123,9 +126,17 @@ class Board:
             return None
         if not isinstance(data, dict) or data.get("e", 0) < time.time():
             return None
+        if data.get("n") in self.ended:
+            return None
         if not self._token_still(data.get("a", ""), data.get("t", "")):
             return None
         return data
+
+    def end(self, session: dict) -> None:
+        """A logout: this login's cookie reads and acts no more, wherever it is."""
+        now = time.time()
+        self.ended = {n: e for n, e in self.ended.items() if e > now}
+        self.ended[str(session.get("n", ""))] = session.get("e", now)
 
     def _token_still(self, agent: str, digest: str) -> bool:
         """The token the session was made with is still the agent's (tokens.json keeps
@@ -270,7 +281,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
     def task_page(name, tid, user, err=None, ok=""):
         room = b.room(name)
         t = room.task(tid)
-        hist = room.history(n=500, task=str(t["id"]), messages_only=False)
+        hist = room.history(n=500, task=str(t["id"]), messages_only=False, reach=HISTORY_CAP)
         moves = [h for h in hist if h["op"] != "send"]
         msgs = [h for h in hist if h["op"] == "send"]
         humans = humans_of(room, [t["assignee"], t["creator"], t["reviewer"]]
@@ -291,7 +302,7 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
             raise NotFound(f"no agent {agent} in room {name!r}", "see the board's agents")
         a = room.who_page(only=[aid])["agents"][0]
         mine = room.list_tasks(assignee=a["agent"], include_done=True)
-        hist = room.history(n=HISTORY_CAP, messages_only=False)
+        hist = room.history(n=HISTORY_CAP, messages_only=False, reach=HISTORY_CAP)
         acts = [h for h in hist if h["from"] == a["agent"]][-50:]
         return pages.agent(name, a, mine, acts, user, is_human(room, user))
 
@@ -305,7 +316,8 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         task_id = filters.get("task", "").lstrip("#")
         author, op = filters.get("author", ""), filters.get("op", "")
         n = limit if not (author or op) else HISTORY_CAP
-        hist = room.history(n=n, task=task_id, messages_only=False)
+        # a filter matching little would walk the whole room, holding the board meanwhile
+        hist = room.history(n=n, task=task_id, messages_only=False, reach=HISTORY_CAP)
         if author:
             hist = [h for h in hist if h["from"] == author or h["from"].split("/")[-1] == author]
         if op:
@@ -479,6 +491,9 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         refused = cross_site(request)
         if refused:
             return refused
+        s = b.session(request)
+        if s:
+            b.end(s)
         r = RedirectResponse("/", status_code=303)
         r.delete_cookie(b.cookie_name(request), path="/")
         return r
