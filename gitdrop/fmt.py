@@ -20,19 +20,22 @@ FRONT = "+++"
 TRAILER_PREFIX = "Gitdrop-"
 
 
-# What moves a terminal's cursor or reorders the text after it, when printed: a
-# carriage return (a line drawn over the one before, as if another message), the C1
-# controls, and the marks that turn text right to left. (No re: the hook imports this.)
+# What moves a terminal's cursor or reorders the text after it, when printed: control
+# characters (a carriage return draws a line over the one before, as if another
+# message; ESC starts a terminal command), C1 controls, the marks that turn text right
+# to left. A local room holds none but the CR (the rules refuse the rest); a hub given
+# as a URL sends what it likes. (No re: the hook imports this.)
 _SHOW = {c: "\\r" if c == 13 else f"\\x{c:02x}" if c < 256 else f"\\u{c:04x}"
-         for c in [13, *range(0x80, 0xa0), 0x61c, 0x200e, 0x200f, *range(0x202a, 0x202f),
-                   *range(0x2066, 0x206a)]}
+         for c in [*range(0, 9), *range(11, 32), 127, *range(0x80, 0xa0), 0x61c, 0x200e,
+                   0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a)]}
 _BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"   # where str.splitlines breaks
 
 
 def shown(text: str) -> str:
-    """`text` as a listing shows it to a person: a carriage return, C1 control or
-    direction mark as an escape (\\r, \\x9b, \\u202e); a CR before a newline dropped."""
-    if text.isascii() and "\r" not in text:
+    """`text` as a listing shows it to a person: a control character (newline and tab
+    aside) or a direction mark as an escape (\\r, \\x1b, \\u202e); a CR before a
+    newline dropped."""
+    if text.isprintable():
         return text
     return text.replace("\r\n", "\n").translate(_SHOW)
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from gitdrop import hub as hubmod
-from gitdrop.errors import Conflict, UsageError
+from gitdrop.errors import Conflict, Refusal, UsageError
 from gitdrop.transports import remote
 from gitdrop.transports.remote import RemoteHub, Unreachable
 
@@ -662,6 +662,47 @@ def test_a_busy_hub_that_answered_is_waited_on_past_the_timeout(served, tmp_path
     os.chmod(hook, 0o755)
     h.room("lobby").send("core/juno", "core/kai", "slowly")
     assert texts(served.hub) == ["slowly"] and h.store.take_queued() == []
+
+
+def _hook(served, body: str) -> None:
+    """Put `body` (sh) in place of the served hub's pre-receive hook."""
+    hook = os.path.join(served.hub.path, "hooks", "pre-receive")
+    with open(hook, "w") as f:
+        f.write("#!/bin/sh\n" + body)
+    os.chmod(hook, 0o755)
+
+
+def test_a_hub_that_trickles_bytes_is_not_waited_on_for_ever(served, tmp_path, monkeypatch):
+    """A byte now and then resets the silence limit: a hub doing so held a client,
+    and the mirror's lock, as long as it liked. One git command may take WHOLE
+    times the timeout in all."""
+    from gitdrop.transports import remote
+    monkeypatch.setenv("GITDROP_REMOTE_TIMEOUT", "0.2")
+    # over file:// the hook's bytes reach git push as they come (a daemon may buffer)
+    h = RemoteHub("file://" + served.hub.path, cache=str(tmp_path / "cache"), fresh=0.0,
+                  offline=False)
+    _hook(served, "while true; do echo . >&2; sleep 0.1; done\n")
+    start = time.monotonic()
+    with pytest.raises(Unreachable) as e:
+        h.room("lobby").send("core/juno", "core/kai", "never lands")
+    spent = time.monotonic() - start
+    assert f"still ran after {0.2 * remote.WHOLE:g} s" in e.value.reason, e.value.reason
+    assert spent < 0.2 * remote.WHOLE * 3, spent
+    assert texts(served.hub) == []
+
+
+def test_a_hubs_refusal_is_shown_as_its_words_not_as_terminal_commands(served, tmp_path,
+                                                                      monkeypatch):
+    """A hub given as a URL writes what it likes in its refusal: escapes that retitle
+    the terminal or erase lines reach the person as text."""
+    h = client(served, tmp_path, offline=False)
+    _hook(served, "printf 'gitdrop: refused by rule x\\033[2J\\n  why: \\033]0;pwned\\007"
+          "all good\\n  fix: \\033[1Arun this\\n' >&2; exit 1\n")
+    with pytest.raises(Refusal) as e:
+        h.room("lobby").send("core/juno", "core/kai", "refused")
+    text = e.value.rule + e.value.reason + e.value.fix
+    assert "\x1b" not in text and "\x07" not in text, repr(text)
+    assert "\\x1b]0;pwned\\x07all good" in e.value.reason and "\\x1b[1Arun" in e.value.fix
 
 
 def h_sync(served, tmp_path):

@@ -31,7 +31,7 @@ import time
 
 import pygit2
 
-from .. import model
+from .. import fmt, model
 from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
 from ..hub import Hub
 from ..store import Store
@@ -63,6 +63,7 @@ REDATE_AFTER = 5
 # too short for Apache running git http-backend with 30 agents pushing at once.
 TIMEOUT = 30.0
 BUSY = 6
+WHOLE = 40   # times TIMEOUT one git command may take in all, however it trickles
 _SCHEMES = ("file", "git", "http", "https", "ssh", "git+ssh", "ssh+git")
 _SCP = re.compile(r"^(?:[^@/:]+@)?[^@/:]+:(?!//)")
 
@@ -72,6 +73,13 @@ class Unreachable(GitdropError):
 
     rule = "unreachable"
     exit_code = 7
+    slow = False   # the hub answered, too slowly to finish in WHOLE timeouts
+
+    @classmethod
+    def whole(cls, reason: str, fix: str) -> "Unreachable":
+        e = cls(reason, fix)
+        e.slow = True
+        return e
 
 
 class SyncStopped(Unreachable):
@@ -125,10 +133,13 @@ def parse_refusal(stderr: str) -> Refusal | None:
                 fields[key] += "\n" + nxt.strip()   # a reason that spans lines
             else:
                 break
-        return Refusal(m.group(1), fields["why"], fields["fix"], fields["commit"])
+        # the hub's words, shown as such: they may hold anything (terminal commands too)
+        return Refusal(fmt.shown(m.group(1)), fmt.shown(fields["why"]),
+                       fmt.shown(fields["fix"]), fmt.shown(fields["commit"]))
     if "gitdrop: the hook failed" in stderr:
         text = next(ln for ln in lines if "gitdrop: the hook failed" in ln)
-        return Refusal("hook", text.partition("gitdrop: ")[2], "report it to the hub's admin")
+        return Refusal("hook", fmt.shown(text.partition("gitdrop: ")[2]),
+                       "report it to the hub's admin")
     return None
 
 
@@ -170,11 +181,18 @@ def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedPr
     for f in (p.stdout, p.stderr):
         sel.register(f, selectors.EVENT_READ)
     last, limit = time.monotonic(), timeout
+    end = last + timeout * WHOLE   # a hub sending a byte now and then is not waited on for ever
     try:
         while sel.get_map():
             ready = sel.select(min(0.5, max(0.0, last + limit - time.monotonic())))
             if not ready and p.poll() is not None:
                 break   # exited; a process it left running holds the pipes
+            if time.monotonic() > end:
+                raise Unreachable.whole(
+                    f"git {args[0]} to {public_url(url)} still ran after {timeout * WHOLE:g} s "
+                    f"({WHOLE} times GITDROP_REMOTE_TIMEOUT={timeout:g}), so it was stopped: "
+                    "the hub answers too slowly to finish", "check the network and the hub's "
+                    "server; on a slow link raise GITDROP_REMOTE_TIMEOUT")
             if not ready and time.monotonic() - last >= limit:
                 raise Unreachable(
                     f"{public_url(url)} sent nothing for {limit:g} s"
@@ -291,7 +309,7 @@ class RemoteStore(Store):
             p = self._git("push", "--progress", "--porcelain", "--no-verify", self.url,
                           f"{new}:{ref}")
         except Unreachable as e:   # timed out: as unreachable as a refused connection
-            return "failed", e.reason
+            return "slow" if e.slow else "failed", e.reason
         for line in p.stdout.splitlines():
             parts = line.split("\t")
             if len(parts) < 3 or not parts[1].endswith(":" + ref):
@@ -316,6 +334,8 @@ class RemoteStore(Store):
         status, err = self._push(ref, new)
         if status == "ok":
             return True
+        slow = status == "slow"   # it ran out of time: pushed again, it would again
+        status = "failed" if slow else status
         if status == "stale":
             try:
                 self._lost_race(ref)
@@ -330,7 +350,8 @@ class RemoteStore(Store):
             return self._enqueue(ref, old, new)
         if status == "failed" and self._landed_after_all(ref, new):
             return True
-        if status == "failed" and self._fetched > -math.inf and self.tip(ref) != new:
+        if status == "failed" and not slow and self._fetched > -math.inf and \
+                self.tip(ref) != new:
             # The hub answers (the fetch went through) and does not have it: the push
             # was cut off (a busy server drops connections); built again and pushed.
             self._lost_race(ref)
