@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from .. import fmt
 from ..errors import GitdropError, Refusal, UsageError, storage
 
 PANEL = "Who, where and how"
@@ -444,8 +445,8 @@ def table(columns, rows, title: str = "") -> None:
     for col in columns:
         t.add_column(col, overflow="fold" if col in ("title", "subject", "text") else "ellipsis")
     for row in rows:
-        t.add_row(*[Text(str(c[0]), style=c[1]) if isinstance(c, tuple) else Text(str(c))
-                    for c in row])
+        t.add_row(*[Text(fmt.shown(str(c[0])), style=c[1]) if isinstance(c, tuple)
+                    else Text(fmt.shown(str(c))) for c in row])
     console(highlight=False, soft_wrap=False).print(t)
 
 

@@ -118,7 +118,7 @@ def _task_table(tasks) -> None:
     waits = any(t.get("waiting_on") or t.get("blocked_by") for t in tasks)
     table(["id", "state", "prio", "assignee", "title", "tags"] + ["waits on"] * waits,
           [(t["id"], (t["state"], STATE_COLOUR.get(t["state"], "bold")), t["priority"],
-            t["assignee"] or "-", fmt.shown(t["title"]),
+            t["assignee"] or "-", t["title"],
             ", ".join(t["tags"] + ["needs " + r for r in t["requires"]]))
            + (((f"blocked: {t['blocked_by']}", "red") if t.get("blocked_by") else
                ", ".join(t.get("waiting_on", ())) or "-",) * waits) for t in tasks])
