@@ -601,8 +601,10 @@ class Room:
             out.append(ev)
         return out
 
-    def inbox(self, agent: str, limit: int = 20, peek: bool = False) -> dict:
-        """Unread messages and notices, oldest first; marks what it returns as read."""
+    def inbox(self, agent: str, limit: int = 20, peek: bool = False, fits=None) -> dict:
+        """Unread messages and notices, oldest first; marks what it returns as read.
+        `fits`: given those `limit` lets through, how many of them (from the first)
+        to return; the rest stay unread, counted in `remaining`."""
         limit = count_arg("limit", limit)
         view = self.view()
         agent = self.resolve(agent, view)
@@ -613,6 +615,8 @@ class Room:
             sender = view.agent(e["from"]) if e["op"] == "send" else None
             if sender is not None and sender["human"]:
                 e["person"] = True
+        if fits is not None and shown:
+            shown = shown[:max(1, fits(shown))]
         remaining = len(evs) - len(shown)
         result = {"agent": agent, "messages": shown, "remaining": remaining,
                   "unread": len(evs)}

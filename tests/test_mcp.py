@@ -6,6 +6,7 @@ called, accepted and refused; tokens and identity are enforced."""
 import contextlib
 import json
 
+import anyio
 import pytest
 from mcp_helpers import http_agent, http_server, stdio_agent, together
 
@@ -270,3 +271,34 @@ async def test_profiles_and_stdio_binding(hub):
         assert (await juno.ok("send", to_agent="all", message="hi"))["to"] == ["all"]
         r = await juno.call("check_inbox", limit="lots")  # a bad argument: a tool error
         assert r.is_error and "'limit' must be an integer" in r.content[0].text
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_check_inbox_answers_are_capped_by_size(hub, mode):
+    """Messages of '"' (escaped on the wire twice: structured content and the text copy)
+    past 1 MB: a default check_inbox answer that carried them all would pass the 1 MiB
+    SSE event the SDK's HTTP client accepts, and be lost, already marked read. Each
+    answer stays under the budget, and what it leaves out stays unread for the next."""
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/kai", ["coder"])
+    juno_token, kai_token = (tokens.mint(hub.path, a) for a in ("core/juno", "core/kai"))
+    sent = [f"{i}:" + '"' * (16384 - len(f"{i}:")) for i in range(20)]
+    with http_server(hub.path) as url:
+        async with (http_agent(url, "core/juno", mode, token=juno_token) as juno,
+                    http_agent(url, "core/kai", mode, token=kai_token) as kai):
+            for text in sent:
+                await juno.ok("send", to_agent="core/kai", message=text)
+            got, left, answers = [], len(sent), 0
+            while left:
+                with anyio.fail_after(20):
+                    r = await kai.call("check_inbox")
+                assert not r.is_error, r.content[0].text
+                assert len(r.content[0].text.encode()) < mcp_tools.MAX_INBOX_BYTES + 1000
+                messages, remaining = r.structured_content["messages"], \
+                    r.structured_content["remaining"]
+                assert messages and remaining == left - len(messages)
+                got += [m["text"] for m in messages]
+                left, answers = remaining, answers + 1
+            assert got == sent and answers > 2
+            assert (await kai.ok("check_inbox")) == {"messages": [], "remaining": 0}

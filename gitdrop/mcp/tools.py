@@ -35,6 +35,11 @@ class Caller:
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gitdrop_caller", default=Caller())
 
 MAX_INBOX = 100  # check_inbox never returns more than this at once
+# Nor more than this many bytes of messages, as JSON writes them (escapes and all): an
+# answer carries each message twice (structured content, and the text copy, where the
+# JSON is escaped once more), about three times this on the wire, under the 1 MiB
+# SSE event the SDK's HTTP client accepts. At least one message is always returned.
+MAX_INBOX_BYTES = 256 * 1024
 
 # New agents one address may register over HTTP without a token: a burst of
 # JOIN_BURST, then one every JOIN_EVERY seconds. Without it, a loop reaching the
@@ -385,6 +390,18 @@ def _message(ev: dict) -> Message:
             **({"person": True} if ev.get("person") else {})}
 
 
+def _fitting(evs: list[dict]) -> int:
+    """How many of `evs`, from the first, one answer carries: their messages add up
+    to at most MAX_INBOX_BYTES as JSON (at least one)."""
+    total = 0
+    for i, e in enumerate(evs):
+        text = json.dumps(_message(e), ensure_ascii=False)
+        total += len(text.encode("utf-8", "surrogatepass"))
+        if i and total > MAX_INBOX_BYTES:
+            return i
+    return len(evs)
+
+
 def _sent(r: dict) -> Sent:
     out = {"to": r["to"], "cc": r["cc"], "commit": r.get("commit", "")}
     if r.get("hints"):
@@ -645,7 +662,7 @@ class ToolBox:
         limit: at most 100
         """
         limit = max(1, min(int(limit or 20), MAX_INBOX))
-        r = self.room.inbox(self.me(agent_name), limit)
+        r = self.room.inbox(self.me(agent_name), limit, fits=_fitting)
         return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
 
     def get_history(self, count: int = 10, task_id: str | int = "") -> History:
@@ -655,7 +672,8 @@ class ToolBox:
         task_id: only this task's
         """
         n = max(1, min(int(count or 10), MAX_INBOX))
-        return {"messages": [_message(e) for e in self.room.history(n, str(task_id or ""))]}
+        evs = self.room.history(n, str(task_id or ""))[::-1]   # the newest that fit
+        return {"messages": [_message(e) for e in evs[:_fitting(evs)][::-1]]}
 
     # --- tasks ----------------------------------------------------------------------
     def create_task(self, title: str, creator: str = "", description: str = "",
@@ -1010,7 +1028,7 @@ class ToolBox:
     def inbox_resource(self, team: str, name: str) -> str:
         agent = f"{team}/{name}"
         me = self.me(agent)
-        r = self.room.inbox(me, MAX_INBOX, peek=True)
+        r = self.room.inbox(me, MAX_INBOX, peek=True, fits=_fitting)
         return _json({"agent": me, "messages": [_message(e) for e in r["messages"]],
                       "remaining": r["remaining"], "unread": r["unread"]})
 
