@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextvars
 import functools
+import importlib
 import inspect
 import json
 import logging
@@ -39,6 +40,7 @@ from mcp_types import INVALID_PARAMS, INVALID_REQUEST, SERVER_INFO_META_KEY, \
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import tools as mcp_tools
+from .. import model
 from ..errors import GitdropError
 from ..writequeue import SyncLater, sync_all
 from .tools import CALLER, ToolBox, inbox_uri
@@ -367,6 +369,10 @@ def _resource(fn):
     return read
 
 
+LINE_LIMIT = 1 << 24      # bytes of one stdio line
+MAX_SUBSCRIPTIONS = 64   # resources one session may subscribe to (each kept in memory)
+
+
 class Push:
     """Sessions to tell when something lands for their agent, and the telling."""
 
@@ -454,10 +460,22 @@ class Push:
     async def on_subscribe(self, ctx, params: SubscribeRequestParams) -> EmptyResult:
         uri = str(params.uri)
         agent = CALLER.get().agent
+        if self.box.transport == "http" and not agent:
+            raise MCPError(INVALID_REQUEST, "resources/subscribe needs your bearer token "
+                           "(Authorization: Bearer <token>; register gives it)")
         if uri.startswith("gitdrop://inbox/") and uri != inbox_uri(agent):
             raise MCPError(INVALID_PARAMS, "you may subscribe to your own inbox only: "
                            f"{inbox_uri(agent or '<team>/<name>')}")
-        self.subs.setdefault(_session_key(ctx), set()).add(uri)
+        tid = uri.removeprefix("gitdrop://tasks/")
+        if not (uri in ("gitdrop://tasks", "gitdrop://room") or uri == inbox_uri(agent)
+                or (tid != uri and model.KEY_RE.match(tid))):
+            raise MCPError(INVALID_PARAMS, f"no resource {uri[:80]!r} to subscribe to: "
+                           "resources/list names them")
+        subs = self.subs.setdefault(_session_key(ctx), set())
+        if uri not in subs and len(subs) >= MAX_SUBSCRIPTIONS:
+            raise MCPError(INVALID_PARAMS, f"a session holds at most {MAX_SUBSCRIPTIONS} "
+                           "subscriptions: unsubscribe from some first")
+        subs.add(uri)
         return EmptyResult()
 
     async def on_unsubscribe(self, ctx, params: UnsubscribeRequestParams) -> EmptyResult:
@@ -634,7 +652,12 @@ class _WireIn:
 
     async def receive(self):
         while True:
-            line = await self.reader.readline()
+            try:
+                line = await self.reader.readline()
+            except ValueError:   # past the reader's limit: dropped (its tail reads as a line)
+                if self.out is not None:
+                    self.out.line(_too_long())
+                continue
             if not line:
                 raise anyio.EndOfStream
             try:
@@ -662,6 +685,12 @@ class _WireIn:
 
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
+
+
+def _too_long() -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32700, "message": f"a line past {LINE_LIMIT >> 20} MiB was dropped\nNext: "
+        "send shorter requests (long text goes in a task's body or a file)"}}).encode() + b"\n"
 
 
 def unreadable(line: bytes, exc: Exception) -> bytes | None:
@@ -723,7 +752,7 @@ async def wire(fd_in: int, fd_out: int):
     """The SDK's read and write streams over two pipe (or socket) fds, served by
     the event loop; the fds are theirs to close."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 24, loop=loop)
+    reader = asyncio.StreamReader(limit=LINE_LIMIT, loop=loop)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
                                  os.fdopen(fd_in, "rb", buffering=0))
     transport, protocol = await loop.connect_write_pipe(
@@ -771,9 +800,14 @@ async def _run_http(server: GitdropServer, host: str, port: int, what: str, tool
     port = sock.getsockname()[1]
     sys.stderr.write(f"gitdrop: serving {what} at http://{url_host(host)}:{port}/mcp "
                      f"(tools: {tools})\n")
-    config = uvicorn.Config(server.streamable_http_app(host=host,
-                                                       transport_security=_guard(host)),
-                            host=host, port=port, log_level=server.settings.log_level.lower())
+    # The SDK's log handler imports this on an error; with no file descriptor left
+    # (an accept that failed for want of one), the import failed and ended the server.
+    importlib.import_module("rich.traceback")
+    from .doors import BACKLOG, SessionGuard, http_protocol
+    app = SessionGuard(server.streamable_http_app(host=host, transport_security=_guard(host)),
+                       server.push.box)
+    config = uvicorn.Config(app, host=host, port=port, http=http_protocol(), backlog=BACKLOG,
+                            log_level=server.settings.log_level.lower())
     await uvicorn.Server(config).serve(sockets=[sock])
 
 

@@ -471,6 +471,7 @@ class ToolBox:
         # takes only tokens the hub's owner minted.
         self.registration = registration
         self.joins = Joins()
+        self.sessions = Joins()   # sessions opened without a token, per address (doors.py)
 
     def _full(self, name: str) -> str:
         """A full id for --as NAME: as given, or a registered short name resolved."""
