@@ -2,7 +2,6 @@
 and without a token) and stdio, with the real SDK client. Every refusal names its
 rule and the next step, and leaves no commit behind."""
 
-import os
 import socket
 import subprocess
 import sys
