@@ -217,11 +217,15 @@ def import_room(hub, path: str, name: str = "") -> dict:
             raise Refusal("format", f"{path} is damaged or incomplete: "
                           f"{p.stderr.strip()[-300:]}", "export the room again")
         repo = pygit2.Repository(tmp)
+        for what, oid in (("room", tip), ("teams", teams_commit)):
+            if oid and not isinstance(repo.get(oid), pygit2.Commit):
+                raise Refusal("format", f"the bundle's {what} ref names {oid[:12]}, which is "
+                              "not a commit", "export the room again (gitdrop room export)")
         new = tip if room == source else _Renamer(repo, source, room).run(tip)
         hub_tip = store.tip(model.HUB_REF)
         if hub_tip:
             repo.references.create(model.HUB_REF, pygit2.Oid(hex=hub_tip))
-        missing = _plan_teams(hub, repo, teams_commit)
+        missing = _plan_teams(hub, repo, teams_commit, _room_teams(repo, new))
         new_hub = _commit_teams(repo, hub_tip, missing)
         old = store.tip(ref)
         done = bool(old) and (old == new or _contains(tmp, old, new))
@@ -417,17 +421,44 @@ def _contains(git_dir: str, tip: str, oid: str) -> bool:
     return _git(git_dir, "merge-base", "--is-ancestor", oid, tip, check=False).returncode == 0
 
 
-def _plan_teams(hub, repo, teams_commit: str) -> list[dict]:
-    """The bundle's teams this hub lacks; a team led by someone else here is refused."""
+def _room_teams(repo, tip: str) -> set:
+    """The teams the room names, as export takes them: its member teams, its leads'
+    and its agents' (room.toml's teams and leads, agents/<team>/)."""
+    import pygit2
+    tree = repo[tip].tree
+    try:
+        entry = tree["room.toml"]
+        doc = fmt.loads_toml(repo[entry.id].data.decode("utf-8")) \
+            if entry.type == pygit2.GIT_OBJECT_BLOB else {}
+    except (KeyError, fmt.FormatError, UnicodeDecodeError):
+        doc = {}
+    teams, leads = doc.get("teams", []), doc.get("leads", {})
+    agents = [e.name for e in repo[tree["agents"].id] if e.type == pygit2.GIT_OBJECT_TREE] \
+        if "agents" in tree and tree["agents"].type == pygit2.GIT_OBJECT_TREE else []
+    return {t for t in (teams if isinstance(teams, list) else []) + agents +
+            (list(leads) if isinstance(leads, dict) else []) if isinstance(t, str)}
+
+
+def _plan_teams(hub, repo, teams_commit: str, needed: set) -> list[dict]:
+    """The bundle's teams the room names (`needed`) and this hub lacks (a bundle's
+    other team files are not the room's to register); a team led by someone else
+    here is refused."""
+    import pygit2
     if not teams_commit:
         return []
     tree = repo[teams_commit].tree
     out = []
     if "teams" not in tree:
         return out
+    if tree["teams"].type != pygit2.GIT_OBJECT_TREE:
+        raise Refusal("format", "teams in the bundle is not a directory",
+                      "export the room again (gitdrop room export)")
     for e in repo[tree["teams"].id]:
-        if not e.name.endswith(".toml"):
+        if not e.name.endswith(".toml") or e.name[:-5] not in needed:
             continue
+        if e.type != pygit2.GIT_OBJECT_BLOB:
+            raise Refusal("format", f"teams/{e.name} in the bundle is not a file",
+                          "export the room again (gitdrop room export)")
         name = e.name[:-5]
         try:
             doc = dict(hubrules.TEAM_FIELDS, **fmt.loads_toml(repo[e.id].data.decode("utf-8")))

@@ -427,3 +427,48 @@ def test_export_into_a_directory_or_nowhere(source, tmp_path):
     refused, p = cli(source.path, "room", "export", "dev", str(missing), ok=False)
     assert p.returncode == 2 and "no directory" in refused["reason"], refused
     assert not os.path.exists(tmp_path / "no")
+
+
+def test_an_import_registers_only_the_rooms_teams_and_takes_only_commits(source, tmp_path):
+    """A bundle's teams ref carried a team the room does not name (ops, led by an
+    outsider): the import registered it. And refs naming a tree, not a commit, were
+    a traceback."""
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    work = str(tmp_path / "squat.git")
+    git("init", "-q", "--bare", work)
+    git("fetch", "-q", bundle, "refs/heads/rooms/dev:refs/heads/rooms/dev",
+        "refs/gitdrop/export/teams:refs/gitdrop/export/teams", cwd=work)
+    repo = pygit2.Repository(work)
+    teams = repo.references["refs/gitdrop/export/teams"]
+    old = repo[teams.target]
+    ops = repo.create_blob(fmt.dumps_toml({"name": "ops", "lead": "ops/mallory",
+                                           "members": ["ops/mallory"],
+                                           "created": 1700000000}).encode())
+    sub = repo.TreeBuilder(repo[old.tree["teams"].id])
+    sub.insert("ops.toml", ops, pygit2.GIT_FILEMODE_BLOB)
+    top = repo.TreeBuilder(old.tree)
+    top.insert("teams", sub.write(), pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("core/juno", "juno@core.gitdrop")
+    teams.set_target(repo.create_commit(None, sig, sig, "teams\n", top.write(), [old.id]))
+    squat = str(tmp_path / "squat.bundle")
+    git("bundle", "create", "-q", squat, "refs/heads/rooms/dev", "refs/gitdrop/export/teams",
+        cwd=work)
+    done, _ = cli(b.path, "room", "import", squat)
+    assert done["teams"] == ["core"] and b.team("ops", missing_ok=True) is None
+    # the room's ref naming its tree
+    tree = str(repo[repo.references["refs/heads/rooms/dev"].target].tree_id)
+    git("pack-refs", "--all", cwd=work)   # git will not put a tree on a branch: by hand
+    with open(os.path.join(work, "packed-refs")) as f:
+        packed = f.read()
+    with open(os.path.join(work, "packed-refs"), "w") as f:
+        f.write("".join(ln if not ln.endswith(" refs/heads/rooms/dev\n") else
+                        f"{tree} refs/heads/rooms/dev\n" for ln in packed.splitlines(True)))
+    odd = str(tmp_path / "odd.bundle")
+    git("bundle", "create", "-q", odd, "refs/heads/rooms/dev", cwd=work)
+    c = hubmod.init(str(tmp_path / "c.git"))
+    before = state(c.path)
+    refused, p = cli(c.path, "room", "import", odd, ok=False)
+    assert refused["rule"] == "format" and "not a commit" in refused["reason"], p.stderr
+    assert "Traceback" not in p.stderr and state(c.path) == before
