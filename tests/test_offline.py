@@ -739,3 +739,30 @@ def test_sync_judges_a_room_write_by_the_hubs_team_registry(served, tmp_path):
     assert refused["refused"]["commit"] == f"#{refused['id']} \"{refused['subject']}\""
     assert refused["pushing"] == ""        # judged here: never sent
     assert "refs/heads/rooms/ops" not in served.hub.store.repo.references
+
+
+def test_a_hub_serving_what_the_rules_refuse_is_said_so_not_a_traceback(tmp_path):
+    """A hub given as a URL may run without gitdrop's hook: a room.toml whose leads
+    is no table ended who, inbox and status in a traceback."""
+    path = str(tmp_path / "evil.git")
+    h = hubmod.init(path)
+    h.room("lobby").register("core/juno", ["lead"])
+    os.remove(os.path.join(path, "hooks", "pre-receive"))   # a server without the hook
+    work = str(tmp_path / "w")
+    subprocess.run(["git", "clone", "-q", "-b", "rooms/lobby", path, work], check=True)
+    with open(os.path.join(work, "room.toml")) as f:
+        text = f.read()
+    with open(os.path.join(work, "room.toml"), "w") as f:
+        f.write(text.replace("[leads]", 'leads = "x"\n[other]'))
+    for args in (["add", "-A"], ["-c", "user.name=core/juno", "-c", "user.email=j@x",
+                                 "commit", "-qm", "odd"], ["push", "-q", "origin",
+                                                          "HEAD:rooms/lobby"]):
+        subprocess.run(["git", *args], cwd=work, check=True)
+    env = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), NO_COLOR="1")
+    for args in (["who"], ["inbox", "--as", "core/juno"]):
+        p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", "file://" + path, "--json",
+                            *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=60)
+        assert p.returncode == 8 and "Traceback" not in p.stderr, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["rule"] == "damaged" and "gitdrop verify" in doc["fix"], doc

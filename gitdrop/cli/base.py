@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from .. import fmt
-from ..errors import GitdropError, Refusal, UsageError, storage
+from ..errors import Damaged, GitdropError, Refusal, UsageError, storage
 
 PANEL = "Who, where and how"
 ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
@@ -287,6 +287,11 @@ def command(app: typer.Typer, name: str | None = None, **kw):
                 if storage(e) is None:
                     raise
                 raise scope.fail(storage(e)) from None
+            except fmt.FormatError as e:   # a file the rules would refuse: a hub given as a URL
+                raise scope.fail(Damaged(      # may not run gitdrop's hook
+                    f"a file could not be read as the protocol has it: {fmt.shown(str(e))}",
+                    "if it is the hub's, ask its owner to run gitdrop verify there (a hub "
+                    "given as a URL may not run gitdrop's hook); if you gave it, fix it")) from None
 
         wrapper.__signature__ = sig.replace(parameters=own + extra)
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
