@@ -85,6 +85,9 @@ async def test_http_registration_is_closed_or_limited(hub):
         before = tips(hub)
         r = httpx2.post(url, json=_initialize(), headers=_ACCEPT, timeout=30)
         assert r.status_code == 401 and "gitdrop token" in r.text, r.text
+        r = httpx2.post(url, json=_initialize(), timeout=30,   # nor with a made-up one
+                        headers={**_ACCEPT, "Authorization": "Bearer gd_made_up"})
+        assert r.status_code == 401 and "not valid" in r.text, r.text
         assert tips(hub) == before and not tokens.Verifier(hub.path).has("core/eve")
         # a token the owner minted opens a session, and registers (updates) its agent
         async with http_agent(url, "eve", "auto", tokens.mint(hub.path, "core/eve")) as eve:

@@ -92,11 +92,12 @@ class SessionGuard:
             if owner == "" and caller.agent:
                 self.owners[sid] = caller.agent   # registered on it: now bound
             return await self.app(scope, receive, send)
-        if scope.get("method") == "POST" and not caller.agent and not caller.error:
+        if scope.get("method") == "POST" and not caller.agent:   # no token, or a bad one
             if self.box.registration == "closed":
-                return await _refuse(send, 401, "this server opens no session without a "
-                                     "token", "send Authorization: Bearer <token> (the hub's "
-                                     "owner mints it: gitdrop token team/name)")
+                return await _refuse(send, 401, caller.error or "this server opens no "
+                                     "session without a token", "send Authorization: Bearer "
+                                     "<token> (the hub's owner mints it: gitdrop token "
+                                     "team/name)")
             receive, opens = await _opens_session(receive)
             wait = self.box.sessions.take(peer) if opens else 0
             if wait:
