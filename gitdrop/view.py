@@ -6,6 +6,7 @@ through one `git cat-file --batch` process (it must stay light).
 """
 
 from . import fmt, model
+from .errors import Damaged
 
 
 class CommitData:
@@ -98,7 +99,13 @@ class RoomView:
                 self._cache[key] = _copy(hit)
             else:
                 text = self.text(path)
-                doc = None if text is None else parse_file(kind, text)
+                try:
+                    doc = None if text is None else parse_file(kind, text)
+                except fmt.FormatError as e:   # the rules refuse such a file: a hub given
+                    raise Damaged(                 # as a URL may run without gitdrop's hook
+                        f"{path} in room {self._room_name!r} is not as the protocol has it: "
+                        f"{fmt.shown(str(e))}", "ask the hub's owner to run gitdrop verify "
+                        "there (a hub given as a URL may not run gitdrop's hook)") from None
                 if bid and doc is not None:
                     if len(_PARSED) > 20000:
                         _PARSED.clear()

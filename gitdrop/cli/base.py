@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from .. import fmt
-from ..errors import Damaged, GitdropError, Refusal, UsageError, storage
+from ..errors import GitdropError, Refusal, UsageError, storage
 
 PANEL = "Who, where and how"
 ENV_HINT = "--as team/name (or export GITDROP_AGENT=team/name)"
@@ -284,14 +284,10 @@ def command(app: typer.Typer, name: str | None = None, **kw):
             except GitdropError as e:
                 raise scope.fail(e) from None
             except OSError as e:   # a full or read-only disk outside the write loop
-                if storage(e) is None:
+                err = storage(e)
+                if err is None:
                     raise
-                raise scope.fail(storage(e)) from None
-            except fmt.FormatError as e:   # a file the rules would refuse: a hub given as a URL
-                raise scope.fail(Damaged(      # may not run gitdrop's hook
-                    f"a file could not be read as the protocol has it: {fmt.shown(str(e))}",
-                    "if it is the hub's, ask its owner to run gitdrop verify there (a hub "
-                    "given as a URL may not run gitdrop's hook); if you gave it, fix it")) from None
+                raise scope.fail(err) from None
 
         wrapper.__signature__ = sig.replace(parameters=own + extra)
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
