@@ -39,6 +39,7 @@ except ImportError:   # not POSIX: every writer writes for itself
 
 from .errors import GitdropError, Refusal
 from . import errors, writequeue
+from .locks import NOFOLLOW
 
 SLOTS, SIZE = 64, 16384
 FREE, ASKED, TAKEN, PENDING, DONE = range(5)
@@ -110,7 +111,7 @@ class Slots:
     """The request slots of one ref (one per process, opened once)."""
 
     def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o664)
         if os.fstat(self.fd).st_size < SLOTS * SIZE:
             os.ftruncate(self.fd, SLOTS * SIZE)   # only ever grows to this: idempotent
         self.map = mmap.mmap(self.fd, SLOTS * SIZE)
@@ -436,7 +437,7 @@ class Briefs:
     one fails its check and the commit is read from its file instead."""
 
     def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o664)
         size = _BCOUNT.size + _BRIEFS * _BSIZE
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)

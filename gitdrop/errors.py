@@ -83,7 +83,7 @@ class Storage(GitdropError):
 
 
 _STORAGE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
-            errno.EPERM}
+            errno.EPERM, errno.ELOOP}
 
 
 def storage(e: OSError, landed: bool = False) -> "Storage | None":
@@ -92,6 +92,12 @@ def storage(e: OSError, landed: bool = False) -> "Storage | None":
     if e.errno not in _STORAGE:
         return None
     what = f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+    if e.errno == errno.ELOOP:   # planted: gitdrop's own files are never followed
+        return Storage(f"a hub file is a symbolic link, which gitdrop does not follow: "
+                       f"{what}; " + ("the write is in the room, but not made durable"
+                                      if landed else "nothing was written"),
+                       "remove the link (gitdrop makes the file again); find out who "
+                       "put it there: anyone who can write the hub's folders can")
     if landed:
         return Storage(f"the write is in the room, but the disk did not confirm that it "
                        f"is durable: {what}", "check the disk (dmesg, df -h); once it is "

@@ -8,7 +8,7 @@ import time
 
 import pygit2
 
-from . import durable, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
+from . import durable, fmt, hubrules, layout, locks, model, rules, taskindex, wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -509,7 +509,7 @@ class Hub:
         from .locks import fcntl
         path = self._journal_path() + ".lock"
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | locks.NOFOLLOW, 0o644)
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -520,7 +520,8 @@ class Hub:
     def _write_journal(self, ref: str, to: str | None, tip: str) -> None:
         path = self._journal_path()
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="ascii") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | locks.NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(f"{ref}\n{to or ''}\n{tip}\n")
             if self.store.method != "none":
                 f.flush()

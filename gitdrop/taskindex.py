@@ -15,6 +15,7 @@ import json
 import os
 
 from . import model
+from .locks import NOFOLLOW
 
 COMPACT_SLACK = 1000   # stale lines tolerated beyond the live ones before a rewrite
 
@@ -108,12 +109,17 @@ def _load_pool(path: str, tree: str):
         return None
 
 
+def _new_file(path: str):
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600),
+                     "w", encoding="utf-8")
+
+
 def _save_pool(path: str, tree: str, pool, states) -> None:
     slim = [{k: v for k, v in h.items() if v != model.TASK_FIELDS.get(k)} for h in pool]
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with _new_file(tmp) as f:
             json.dump({"tree": tree, "pool": slim, "states": states}, f, separators=(",", ":"))
         os.replace(tmp, path)
     except OSError:
@@ -168,7 +174,7 @@ class _Index:
             if self.lines + len(new) > 2 * len(live) + COMPACT_SLACK:
                 self._rewrite(live)
                 return
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o600)
             try:
                 os.write(fd, text.encode())
             finally:
@@ -182,7 +188,7 @@ class _Index:
         keep = [(oid, h) for oid, h in self.known.items() if oid in live]
         self.known = dict(keep)
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with _new_file(tmp) as f:
             f.writelines(_line(oid, h) for oid, h in keep)
         os.replace(tmp, self.path)   # lines appended meanwhile are lost: a cache
         self.lines = len(keep)

@@ -25,6 +25,7 @@ import time
 import zlib
 
 from . import locks
+from .locks import NOFOLLOW
 
 try:
     import fcntl
@@ -98,7 +99,7 @@ def create(git_dir: str, size: int = DEFAULT_SIZE) -> None:
     size = max(size, HEADER * 4)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.new{os.getpid()}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
     try:
         head = _header(1, boot_id(), size).ljust(_HINT_AT, b"\0") + _HINT.pack(HEADER, 0)
         os.write(fd, head.ljust(HEADER, b"\0"))
@@ -233,7 +234,7 @@ class Log:
         self._syncing = _thread.allocate_lock()
         self._sync_fd = None
         try:
-            self.fd = os.open(self.path, os.O_RDWR)
+            self.fd = os.open(self.path, os.O_RDWR | NOFOLLOW)
         except OSError as e:
             from .errors import Damaged as Unusable
             raise Unusable(
@@ -282,11 +283,11 @@ class Log:
                 # Another process put a new log in place of a damaged one (or the
                 # file was removed): use the one at the path now.
                 try:
-                    fd = os.open(self.path, os.O_RDWR)
+                    fd = os.open(self.path, os.O_RDWR | NOFOLLOW)
                 except FileNotFoundError:
                     _syncfs(self.fd)   # the records go with the old file: as a lap ends
                     create(self.git_dir)
-                    fd = os.open(self.path, os.O_RDWR)
+                    fd = os.open(self.path, os.O_RDWR | NOFOLLOW)
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
                 os.close(self.fd)
                 self.fd = fd
@@ -375,7 +376,7 @@ class Log:
         # The new log: the surviving records at the top, and a header that says
         # "replay me" (no boot id) if there are any.
         tmp = f"{self.path}.new{os.getpid()}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
         try:
             seq = records[-1][0] + 1 if records else 0
             head = _header(lap, "" if records else boot_id(), size).ljust(_HINT_AT, b"\0") + \
@@ -437,7 +438,8 @@ class Log:
         self._syncing.acquire()
         try:
             if self._sync_fd is None:
-                self._sync_fd = os.open(self.path + ".sync", os.O_RDWR | os.O_CREAT, 0o644)
+                self._sync_fd = os.open(self.path + ".sync", os.O_RDWR | os.O_CREAT | NOFOLLOW,
+                                        0o644)
             fcntl.flock(self._sync_fd, fcntl.LOCK_EX)
             try:
                 if self._synced() > seq:

@@ -17,6 +17,8 @@ import os
 import time
 import zlib
 
+from .locks import NOFOLLOW
+
 try:
     import fcntl
 except ImportError:   # not POSIX: no compaction (the file only grows; a cache)
@@ -76,7 +78,7 @@ class WalkMemo(dict):
                 self.dirty = True
                 return
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o600)
                 try:
                     os.write(fd, text.encode())
                     size = os.fstat(fd).st_size
@@ -96,7 +98,7 @@ class WalkMemo(dict):
         compaction takes it alone), False if it is held the other way, None if
         there is no lock to be had."""
         try:
-            fd = os.open(self.path + ".compact", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.path + ".compact", os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
         except OSError:
             return None
         try:
@@ -128,7 +130,8 @@ class WalkMemo(dict):
                     latest.pop(key, None)   # keep the order of the last write
                     latest[key] = line if line.endswith("\n") else line + "\n"
             tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.writelines(list(latest.values())[-MAX_KEEP:])
             os.replace(tmp, self.path)   # nobody appends meanwhile (the lock)
             self._lines = min(len(latest), MAX_KEEP)

@@ -17,6 +17,8 @@ import contextvars
 import os
 import time
 
+from .locks import NOFOLLOW
+
 try:
     import fcntl
 except ImportError:   # not POSIX: compare-and-swap alone
@@ -51,7 +53,7 @@ def _handle(path: str):
             d = os.path.dirname(path)
             try:
                 os.makedirs(d, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o664)
             except OSError:
                 return None   # a read-only place: compare-and-swap alone
             got = _FILES[path] = (os.getpid(), _thread.allocate_lock(), fd)
