@@ -114,8 +114,13 @@ class Verifier:
         """The agent a token belongs to, or "" if it is no valid token."""
         if not token:
             return ""
+        return self.holder(digest(token))
+
+    def holder(self, sha: str) -> str:
+        """The agent whose current token has this digest, or "" (rotated, revoked):
+        what a session bound to a token checks without keeping the token."""
         self._refresh()
-        return self._by_hash.get(digest(token), "")
+        return self._by_hash.get(sha, "") if sha else ""
 
     def has(self, agent_id: str) -> bool:
         self._refresh()

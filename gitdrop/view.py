@@ -102,16 +102,25 @@ class RoomView:
                 try:
                     doc = None if text is None else parse_file(kind, text)
                 except fmt.FormatError as e:   # the rules refuse such a file: a hub given
-                    raise Damaged(                 # as a URL may run without gitdrop's hook
-                        f"{path} in room {self._room_name!r} is not as the protocol has it: "
-                        f"{fmt.shown(str(e))}", "ask the hub's owner to run gitdrop verify "
-                        "there (a hub given as a URL may not run gitdrop's hook)") from None
+                    raise self._damaged(path, str(e)) from None   # as a URL may lack the hook
                 if bid and doc is not None:
                     if len(_PARSED) > 20000:
                         _PARSED.clear()
                     _PARSED[(kind, bid)] = _copy(doc)
                 self._cache[key] = doc
         return self._cache[key]
+
+    def _damaged(self, path: str, problem: str) -> Damaged:
+        return Damaged(f"{path} in room {self._room_name!r} is not as the protocol has it: "
+                       f"{fmt.shown(problem)}", "ask the hub's owner to run gitdrop verify "
+                       "there (a hub given as a URL may not run gitdrop's hook)")
+
+    def check(self, path: str) -> None:
+        """Damaged if the file at `path` is a document the protocol refuses (a file
+        of a kind that is no document, or none at all, passes)."""
+        kind = model.parse_path(path)[0]
+        if kind in model.FIELDS:
+            self._doc(kind, path)
 
     @property
     def room(self) -> dict:
@@ -126,7 +135,12 @@ class RoomView:
     def settings(self) -> dict:
         got = self._cache.get("settings")
         if got is None:   # asked several times by every check: read, never changed
-            got = self._cache["settings"] = model.settings(self.room)
+            got = model.settings(self.room)
+            for k, v in got.items():   # the rules take no other (a hub may lack the hook)
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise self._damaged(model.ROOM_FILE, f"setting {k} = {v!r} is not a "
+                                        "whole number >= 0")
+            self._cache["settings"] = got
         return got
 
     @property

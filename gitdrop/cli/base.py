@@ -10,7 +10,9 @@ import functools
 import inspect
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Annotated, Optional
 
 import typer
@@ -250,6 +252,58 @@ def render(err: GitdropError) -> str:
     return "\n".join(lines)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C raises
+    KeyboardInterrupt: what holds a lock or a half-made file lets go on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_stop(signum, frame):
+    for s in STOP_SIGNALS:   # a second signal ends the process at once
+        signal.signal(s, signal.SIG_DFL)
+    # git commands run in sessions of their own (a kill of this one misses them),
+    # and other threads' too: the exception raised here reaches this thread only
+    remote = sys.modules.get("gitdrop.transports.remote")
+    if remote is not None:
+        remote.end_git_commands()
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """While a command runs, SIGTERM and SIGHUP raise Stopped (only the main thread
+    can catch a signal; a command with handlers of its own, a worker, sets them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _on_stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def stopped(e: Stopped) -> GitdropError:
+    """What a command stopped by a signal reports: exit 128 + the signal, as a shell
+    shows a process it ended."""
+    name = signal.Signals(e.signum).name
+    err = GitdropError(f"gitdrop was stopped by {name} before it finished; the git "
+                       "commands it ran against the hub were ended with it",
+                       "run the command again; writes waiting in this machine's offline "
+                       "queue are still there (gitdrop status lists them), and a write cut "
+                       "off while it was being sent may or may not be on the hub: read it "
+                       "back before you make it again")
+    err.rule, err.exit_code = "stopped", 128 + e.signum
+    return err
+
+
 def merged(ctx, **given) -> Scope:
     """The command's own options over the top level's (which read the environment)."""
     top = ctx.find_root().obj if ctx is not None else None
@@ -280,7 +334,10 @@ def command(app: typer.Typer, name: str | None = None, **kw):
             ctx = kwargs.pop("_ctx", None)
             scope = merged(ctx, **{k: kwargs.pop(k, None) for k in COMMON})
             try:
-                return fn(scope, *args, **kwargs)
+                with stop_signals():
+                    return fn(scope, *args, **kwargs)
+            except Stopped as e:
+                raise scope.fail(stopped(e)) from None
             except GitdropError as e:
                 raise scope.fail(e) from None
             except OSError as e:   # a full or read-only disk outside the write loop

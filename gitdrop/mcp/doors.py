@@ -10,11 +10,16 @@
   token is one of its address's budget (`ToolBox.sessions`), and refused on a
   server that registers nobody without a token; a session is bound to the agent
   whose token first came with it, so its id alone, or another agent's token,
-  reaches nothing.
+  reaches nothing. Until a token comes it is bound to the address that opened it.
+- Tokens rotated or revoked (`Binding`): a session lives as long as the token it
+  is bound to. A request with that token once it is no longer valid is refused
+  (401) and ends the session; a stream to its holder (news on a GET stream, a
+  subscriptions/listen stream) ends before the next piece it would send.
 """
 
 import collections
 import json
+import typing
 
 from ..transports.httpd import is_local
 
@@ -24,6 +29,7 @@ RESERVED_FILES = 128     # descriptors kept for the hub, the log, the notifier
 BACKLOG = 64             # connections accepted in one go (asyncio accepts up to the backlog
                          # at once, each holding a descriptor until its close has run)
 OWNERS_MAX = 20000       # sessions remembered with their agent
+GONE_MAX = 1024          # sessions ended for their token, remembered to say why
 
 
 def _file_limit() -> int:
@@ -69,12 +75,25 @@ def http_protocol():
     return Guarded
 
 
+class Binding(typing.NamedTuple):
+    """Whose an HTTP session is: an agent and the digest of the token it came with
+    ("" both until one comes), and the address that opened it."""
+    agent: str
+    token: str
+    peer: str
+
+
 class SessionGuard:
     """ASGI wrapper of the SDK's streamable HTTP app (see the module's doc)."""
 
     def __init__(self, app, box):
         self.app, self.box = app, box
-        self.owners: dict[str, str] = {}   # session id -> agent ("" until a token comes)
+        self.owners: dict[str, Binding] = {}   # session id -> whose it is
+        self.gone: dict[str, tuple] = {}   # session id -> the refusal that ended it
+
+    def forget(self, sid: str) -> None:
+        """The session ended (DELETE, expiry): its binding goes with it."""
+        self.owners.pop(sid, None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -85,13 +104,7 @@ class SessionGuard:
         caller = self.box.identify({"authorization": auth} if auth else {}, peer)
         sid = headers.get(b"mcp-session-id", b"").decode("latin-1")
         if sid:
-            owner = self.owners.get(sid)
-            if owner and owner != caller.agent:
-                return await _refuse(send, 403, "this session belongs to another agent",
-                                     "send your own bearer token on a session you opened")
-            if owner == "" and caller.agent:
-                self.owners[sid] = caller.agent   # registered on it: now bound
-            return await self.app(scope, receive, send)
+            return await self._in_session(scope, receive, send, sid, caller)
         if scope.get("method") == "POST" and not caller.agent:   # no token, or a bad one
             if self.box.registration == "closed":
                 return await _refuse(send, 401, caller.error or "this server opens no "
@@ -105,18 +118,105 @@ class SessionGuard:
                                      f"{self.box.sessions.burst} sessions without a token in a "
                                      "short time", f"wait {max(1, round(wait))}s, or send your "
                                      "token")
-        agent = caller.agent
+        binding = Binding(caller.agent, caller.token if caller.agent else "", peer)
 
         async def noted(message):
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
                 for k, v in message.get("headers", ()):
                     if k.lower() == b"mcp-session-id":
-                        if len(self.owners) >= OWNERS_MAX:   # the oldest go first
-                            for old in list(self.owners)[:OWNERS_MAX // 10]:
-                                del self.owners[old]
-                        self.owners[v.decode("latin-1")] = agent
+                        self._bind(v.decode("latin-1"), binding)
             await send(message)
-        return await self.app(scope, receive, noted)
+        return await self.app(scope, receive, self._watched(noted, binding))
+
+    def _bind(self, sid: str, binding: Binding) -> None:
+        if len(self.owners) >= OWNERS_MAX:   # the oldest go first
+            for old in list(self.owners)[:OWNERS_MAX // 10]:
+                del self.owners[old]
+        self.owners[sid] = binding
+
+    async def _in_session(self, scope, receive, send, sid: str, caller):
+        """A request on an open session: served if it comes from the session's own."""
+        if sid in self.gone:   # the SDK would only say "Session not found"
+            return await _refuse(send, *self.gone[sid])
+        bound = self.owners.get(sid)
+        if bound is None:   # none this door opened: the SDK answers (404)
+            return await self.app(scope, receive, send)
+        refusal = _refusal(bound, caller)
+        if refusal is not None:
+            status, why, fix, ends = refusal
+            if ends:
+                await self._end(scope, sid, (status, why, fix))
+            return await _refuse(send, status, why, fix)
+        if not bound.agent and caller.agent:   # registered on it: now bound to the token
+            bound = Binding(caller.agent, caller.token, bound.peer)
+            self.owners[sid] = bound
+        return await self.app(scope, receive, self._watched(send, bound))
+
+    def _watched(self, send, bound: Binding):
+        """`send` for a response to a token's holder: a stream (news on a session's
+        GET stream, a subscriptions/listen stream) ends, what it was about to send
+        unsent, once that token is no longer valid (rotated or revoked). Checked as
+        each piece goes out: one stat of the token file while it is unchanged."""
+        if not bound.agent:
+            return send
+        ended = False
+
+        async def watched(message):
+            nonlocal ended
+            if ended:
+                return
+            if message["type"] == "http.response.body" and \
+                    self.box.verifier.holder(bound.token) != bound.agent:
+                ended = True
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+        return watched
+
+    async def _end(self, scope, sid: str, why: tuple) -> None:
+        """End the SDK's session as its client's DELETE would: its streams close,
+        and what the server kept for it is let go (Push.end, forget); its later
+        requests get `why` (status, reason, fix)."""
+        if len(self.gone) >= GONE_MAX:
+            del self.gone[next(iter(self.gone))]
+        self.gone[sid] = why
+        kept = (b"host", b"origin", b"mcp-protocol-version")
+        headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() in kept]
+        ending = dict(scope, method="DELETE", headers=headers + [(b"mcp-session-id",
+                                                                     sid.encode("latin-1"))])
+
+        async def nothing():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def dropped(_message):
+            pass
+        await self.app(ending, nothing, dropped)
+        self.forget(sid)
+
+
+def _refusal(bound: Binding, caller):
+    """(status, why, fix, whether the session ends) for a request the session's
+    binding refuses, or None. Only the session's own token, or its agent's new one,
+    ends it: a stranger who knows its id must not be able to."""
+    if not bound.agent:
+        if bound.peer and caller.peer != bound.peer:
+            return (404, "no session with this id is open for your address (a session "
+                    "opened without a token is its opener's alone)",
+                    "open your own session (initialize)", False)
+        return None
+    if caller.token == bound.token:
+        if caller.agent == bound.agent:
+            return None
+        return (401, "the token this session was opened with is no longer valid (rotated "
+                "or revoked), so the session has ended", "open a new session with the "
+                "agent's current token (the hub's owner mints one: gitdrop token "
+                f"{bound.agent})", True)
+    if caller.error and caller.presented:   # a stranger's bad token: the session goes on
+        return 401, caller.error, "send your own valid token on a session you opened", False
+    if caller.agent == bound.agent:
+        return (404, f"this session has ended: {bound.agent}'s token was rotated after it "
+                "was opened", "open a new session (initialize) with the current token", True)
+    return (403, "this session belongs to another agent", "send your own bearer token on a "
+            "session you opened", False)
 
 
 async def _opens_session(receive):

@@ -371,6 +371,7 @@ def _resource(fn):
 
 LINE_LIMIT = 1 << 24      # bytes of one stdio line
 MAX_SUBSCRIPTIONS = 64   # resources one session may subscribe to (each kept in memory)
+_FOLLOWED = "gitdrop_followed"   # in a session's connection state: Push.follow has it
 
 
 class Push:
@@ -386,6 +387,7 @@ class Push:
         self.legacy: dict[str, tuple[str, object]] = {}  # session key → (agent, session)
         self.subs: dict[str, set[str]] = {}    # session key → subscribed URIs (legacy)
         self.wire = None   # stdio: writes a line to the client (set by _run_stdio)
+        self.ended: list = []   # called with a session's key when it ends (the HTTP door's)
         self._tasks: set = set()
 
     def start(self) -> None:
@@ -457,6 +459,24 @@ class Push:
     def track(self, key: str, agent: str, session) -> None:
         self.legacy[key] = (agent, session)
 
+    def follow(self, ctx) -> None:
+        """Have the session's entries let go when it ends (DELETE, expiry, the end of
+        stdio): each keeps its session, about 17 KB, and a client opening and closing
+        sessions in a loop grew the server without bound. Once per session."""
+        connection = getattr(ctx.session, "_connection", None)
+        key = _session_key(ctx)
+        if connection is None or connection.state.get(_FOLLOWED) or (
+                key == "stdio" and self.box.transport == "http"):   # no session (2026-07-28)
+            return
+        connection.state[_FOLLOWED] = True
+        connection.exit_stack.callback(self.end, key)
+
+    def end(self, key: str) -> None:
+        self.legacy.pop(key, None)
+        self.subs.pop(key, None)
+        for ended in self.ended:
+            ended(key)
+
     async def on_subscribe(self, ctx, params: SubscribeRequestParams) -> EmptyResult:
         uri = str(params.uri)
         agent = CALLER.get().agent
@@ -493,8 +513,9 @@ def _peer(ctx) -> str:
 
 
 def _session_key(ctx) -> str:
-    h = _headers(ctx)
-    return (h.get("mcp-session-id") if h is not None else None) or "stdio"
+    """The HTTP session's id (known from its initialize on), or "stdio"."""
+    connection = getattr(ctx.session, "_connection", None)   # no public seam here
+    return getattr(connection, "session_id", None) or "stdio"
 
 
 def _plain_call(params) -> bool:
@@ -545,6 +566,7 @@ def _identify(box: ToolBox, push: Push, calls: ToolCalls, stamp):
     checks the arguments; the result is the same wire dict the SDK would make
     (tests/test_mcp_units.py compares the two)."""
     async def middleware(ctx, call_next):
+        push.follow(ctx)
         caller = box.identify(_headers(ctx), _peer(ctx))
         token = CALLER.set(caller)
         listener = None
@@ -803,12 +825,22 @@ async def _run_http(server: GitdropServer, host: str, port: int, what: str, tool
     # The SDK's log handler imports this on an error; with no file descriptor left
     # (an accept that failed for want of one), the import failed and ended the server.
     importlib.import_module("rich.traceback")
-    from .doors import BACKLOG, SessionGuard, http_protocol
-    app = SessionGuard(server.streamable_http_app(host=host, transport_security=_guard(host)),
-                       server.push.box)
+    from .doors import BACKLOG, http_protocol
+    app = http_app(server, host)
     config = uvicorn.Config(app, host=host, port=port, http=http_protocol(), backlog=BACKLOG,
                             log_level=server.settings.log_level.lower())
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def http_app(server: GitdropServer, host: str, **options):
+    """The ASGI app served over HTTP: the SDK's, behind the door (doors.py), which
+    forgets a session's binding when Push sees the session end. `options`: the
+    SDK's streamable_http_app's (a short session_idle_timeout, in tests)."""
+    from .doors import SessionGuard
+    guard = SessionGuard(server.streamable_http_app(host=host, transport_security=_guard(host),
+                                                    **options), server.push.box)
+    server.push.ended.append(guard.forget)
+    return guard
 
 
 def _guard(host: str):

@@ -30,6 +30,7 @@ class Caller:
     error: str = ""     # why there is none when one was presented or needed
     presented: bool = False  # a bearer token came with the call
     peer: str = ""      # the client's address (HTTP), for the limit on new agents
+    token: str = ""     # the presented bearer token's digest: what an HTTP session is bound to
 
 
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gitdrop_caller", default=Caller())
@@ -493,10 +494,12 @@ class ToolBox:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return Caller("", "the Authorization header is not 'Bearer <token>'", True, peer)
-        agent = self.verifier.agent(token.strip())
+        sha = tokens.digest(token.strip())
+        agent = self.verifier.holder(sha)
         if not agent:
-            return Caller("", "the bearer token is not valid for this hub", True, peer)
-        return Caller(agent, "", True, peer)
+            return Caller("", "the bearer token is not valid for this hub (a token "
+                          "rotated or revoked is no longer valid)", True, peer, sha)
+        return Caller(agent, "", True, peer, sha)
 
     def authorize(self, tool: str) -> None:
         """Over HTTP every call but a first register carries a valid token."""

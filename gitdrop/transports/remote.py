@@ -16,6 +16,8 @@ in order, each write rebased onto the hub's tip and checked again.
 Every git command the client runs is stopped once the hub has sent nothing for
 GITDROP_REMOTE_TIMEOUT seconds (a host that drops packets, a port that accepts and
 never answers): it would otherwise hold the mirror's lock for git's own timeouts.
+Each runs in a process group of its own (with the ssh or helper it starts), which
+ends with the client: end_git_commands() is what the command line calls on SIGTERM.
 """
 
 import hashlib
@@ -32,9 +34,10 @@ import time
 import pygit2
 
 from .. import fmt, model
-from ..errors import Conflict, GitdropError, NotFound, Refusal, UsageError
+from ..errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from ..hub import Hub
 from ..store import Store
+from ..view import RoomView
 from .queue import Queue
 
 # A read fetches unless the mirror was refreshed this recently (seconds): one verb
@@ -90,6 +93,8 @@ class SyncStopped(Unreachable):
     def __init__(self, rule: str, reason: str, fix: str, synced: list, queued: list):
         super().__init__(reason, fix)
         self.rule, self.synced, self.queued = rule, synced, queued
+        if rule == Damaged.rule:   # the hub's state, not the network: exit 8 as elsewhere
+            self.exit_code = Damaged.exit_code
 
     def to_dict(self) -> dict:
         return dict(super().to_dict(), synced=self.synced, queued=self.queued)
@@ -162,6 +167,21 @@ def remote_timeout() -> float:
     return value
 
 
+# The process groups of the git commands running now, whichever thread started
+# them: a signal reaches one thread, and every group must end with the process.
+_RUNNING: set = set()
+
+
+def end_git_commands() -> None:
+    """Kill every git command of this process still running, with what it started
+    (ssh, a remote helper): each has a session of its own, so nothing else would."""
+    for pid in tuple(_RUNNING):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 # git's progress lines: asked for (--progress) only to show the hub is still talking
 _PROGRESS = re.compile(r"^(?:remote: )?(?:(?:Enumerating|Counting|Compressing|Writing|"
                        r"Receiving|Resolving|Unpacking) objects|Total \d+ )")
@@ -175,6 +195,7 @@ def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedPr
     p = subprocess.Popen(["git", *args], env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)   # its own group: killed together
+    _RUNNING.add(p.pid)
     ofd, efd = p.stdout.fileno(), p.stderr.fileno()
     got = {ofd: [], efd: []}
     sel = selectors.DefaultSelector()
@@ -220,6 +241,7 @@ def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedPr
             except ProcessLookupError:
                 pass
             p.wait()
+        _RUNNING.discard(p.pid)
         p.stdout.close()
         p.stderr.close()
     out = b"".join(got[ofd]).decode("utf-8", "replace")
@@ -331,7 +353,12 @@ class RemoteStore(Store):
             # the order is kept: behind the writes waiting; a hub that just did not
             # answer is not waited on again
             return self._enqueue(ref, old, new)
-        status, err = self._push(ref, new)
+        try:
+            status, err = self._push(ref, new)
+        except KeyboardInterrupt:   # Ctrl-C, or SIGTERM as the command line raises it
+            self._undo(ref, old, new)   # neither on the hub for sure nor queued
+            self._fetched = -math.inf   # it may have landed: the next read fetches
+            raise
         if status == "ok":
             return True
         slow = status == "slow"   # it ran out of time: pushed again, it would again
@@ -577,7 +604,13 @@ class RemoteStore(Store):
                 new = self._rebase(entry, tip, self._hub_tip(tips, model.HUB_REF))
             except Refusal as e:
                 return self._mark_refused(entry, e)
+            except Damaged as e:   # the hub serves what the rules refuse: not the write's
+                raise self._hub_damaged(e) from None
             except (KeyError, ValueError, pygit2.GitError) as e:
+                if self._whole(entry):   # then what could not be read is the hub's
+                    raise self._hub_damaged(Damaged(
+                        f"its state could not be read ({e})", "ask the hub's owner to run "
+                        "gitdrop verify there")) from None
                 # its commit is missing or damaged here (a power cut on this machine):
                 # marked, so the writes after it still go
                 return self._mark_refused(entry, Refusal(
@@ -611,6 +644,25 @@ class RemoteStore(Store):
             self._fetch(SYNC_REFSPECS)
             tips.clear()
 
+    def _hub_damaged(self, e: Damaged) -> "_Stop":
+        """The stop of a sync whose writes the hub's own state keeps from being
+        judged: the queue is left as it is, to be sent once the hub is mended."""
+        return _Stop(Damaged.rule, f"the hub {public_url(self.url)} serves damaged "
+                     f"state, which no write can be judged on: {e.reason}",
+                     f"{e.fix}; then run gitdrop sync again: the queue was left as it is")
+
+    def _whole(self, entry: dict) -> bool:
+        """Whether the queued write's commit, and all it changes, reads in the mirror."""
+        r = self.reader
+        try:
+            c = r.commit(entry["commit"])
+            base = r.commit(c.parent).tree if c.parent else None
+            for _path, _was, now in r.diff(base, c.tree):
+                r.blob_text(now)
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return True
+
     def _hub_tip(self, tips: dict, ref: str) -> str:
         """The hub's tip of `ref` as fetched for this sync, with what it took since."""
         if ref not in tips:
@@ -634,13 +686,19 @@ class RemoteStore(Store):
         now = int(time.time())
         what = f"#{entry['id']} \"{c.subject[:60]}\""
         clash = []
+        base = r.commit(c.parent).tree if c.parent else None
+        at = r.commit(onto).tree if onto else None
+        changed = r.diff(base, c.tree)
+        if at and entry["ref"].startswith(model.ROOM_PREFIX):
+            # the hub's copy of a file the rules refuse would refuse the write for it
+            hub_view = RoomView(r, at, onto, entry["ref"][len(model.ROOM_PREFIX):])
+            for path, _was, _now in changed:
+                hub_view.check(path)
         if onto == c.parent and now - c.time <= REDATE_AFTER:
             new = c.oid
         else:
-            base = r.commit(c.parent).tree if c.parent else None
-            at = r.commit(onto).tree if onto else None
             changes = {}
-            for path, was, now_oid in r.diff(base, c.tree):
+            for path, was, now_oid in changed:
                 cur = r.blob_id(at, path) if at else None
                 if cur == now_oid:
                     continue
