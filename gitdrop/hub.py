@@ -93,6 +93,11 @@ def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
     for k, v in GIT_DEFAULTS.items():
         if k not in repo.config:
             repo.config[k] = v
+    # The hub's own hooks (relative: git runs them in the hub), whatever the serving
+    # account's global or system git config says for its other repositories: a
+    # core.hooksPath there skipped gitdrop's hook. Only the hub's own setting counts.
+    if "core.hooksPath" not in pygit2.Config(os.path.join(path, "config")):
+        repo.config["core.hooksPath"] = "hooks"
     if "gitdrop.fsync" not in repo.config:
         repo.config["gitdrop.fsync"] = "true" if fsync else "false"
     install_hooks(path)

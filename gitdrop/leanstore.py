@@ -14,16 +14,7 @@ from . import durable, model, wal, walkmemo
 from .basestore import BaseStore
 from .catfile import CatFile
 from .errors import NotFound
-from .wal import read_config
-
-
-def is_hub(path: str) -> bool:
-    """A gitdrop hub: a bare repository whose config has gitdrop's settings (which
-    gitdrop init writes). A project's repository or any other folder is not one,
-    and nothing is written into it."""
-    return os.path.isfile(os.path.join(path, "HEAD")) and os.path.isdir(
-        os.path.join(path, "objects")) and any(
-        k.startswith("gitdrop.") for k in read_config(path))
+from .wal import is_hub, read_config  # noqa: F401 (is_hub: imported from here)
 
 
 class LeanStore(BaseStore):

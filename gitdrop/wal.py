@@ -827,6 +827,15 @@ def damaged(git_dir: str, ref: str, raw: bytes, where: str = ""):
     return Damaged(reason, fix)
 
 
+def is_hub(path: str) -> bool:
+    """A gitdrop hub: a bare repository whose config has gitdrop's settings (which
+    gitdrop init writes). A project's repository or any other folder is not one,
+    and nothing is written into it."""
+    return os.path.isfile(os.path.join(path, "HEAD")) and os.path.isdir(
+        os.path.join(path, "objects")) and any(
+        k.startswith("gitdrop.") for k in read_config(path))
+
+
 def read_config(git_dir: str) -> dict:
     """The repository's config as {"section.key": value} (lower-case names; the
     simple `[section]` / `key = value` form gitdrop and git write)."""

@@ -31,10 +31,12 @@ import sys
 import tempfile
 import threading
 from socketserver import ThreadingMixIn
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..errors import GitdropError, NotFound, UsageError
 from ..hook import IDENTITY_VARS
+from .shell import wanted_protocol
 
 MAX_BODY = 256 * 1024 * 1024
 CHUNK = 64 * 1024
@@ -94,6 +96,8 @@ def add_user(path: str, agent: str) -> str:
 
 def copy(stream, out, size: int, short: str) -> None:
     """Copy exactly `size` bytes; ValueError(short) if the stream ends first."""
+    if size < 0:   # read(-1) reads to the end: the whole connection, into memory
+        raise ValueError("a negative length")
     while size:
         data = stream.read(min(size, CHUNK))
         if not data:
@@ -109,7 +113,10 @@ def dechunk(stream, out, limit: int = MAX_BODY) -> int:
         line = stream.readline(1024)
         if not line:
             raise ValueError("truncated chunked body")
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        digits = line.split(b";", 1)[0].strip() or b"0"
+        if len(digits) > 16 or digits.strip(b"0123456789abcdefABCDEF"):   # int() takes -1, 0x
+            raise ValueError("a chunk size that is not hexadecimal digits")
+        size = int(digits, 16)
         if size == 0:
             while stream.readline(1024) not in (b"\r\n", b"\n", b""):
                 pass   # trailers
@@ -173,8 +180,9 @@ class GitApp:
             # a NUL cannot go into git's environment: it was a 500
             return _plain(start_response, "400 Bad Request",
                           "a control character in the URL: no git path has one\n")
-        push = path.endswith("/git-receive-pack") or \
-            "service=git-receive-pack" in environ.get("QUERY_STRING", "")
+        # As git http-backend reads the query (decoded: git%2dreceive-pack is a push)
+        service = parse_qs(environ.get("QUERY_STRING", "")).get("service", [""])
+        push = path.endswith("/git-receive-pack") or "git-receive-pack" in service
         user = self.identify(environ)
         if not user and (push or not self.anonymous_read):
             return _plain(start_response, "401 Unauthorized",
@@ -199,7 +207,10 @@ class GitApp:
         stream = environ["wsgi.input"]
         if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
             return dechunk(stream, out)
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        given = environ.get("CONTENT_LENGTH") or "0"
+        if not given.isdigit() or not given.isascii():
+            raise ValueError(f"Content-Length {given[:20]!r} is not a length")
+        length = int(given)
         if length > MAX_BODY:
             raise ValueError("request body too large")
         copy(stream, out, length, "truncated body")
@@ -219,10 +230,13 @@ class GitApp:
             "GATEWAY_INTERFACE": "CGI/1.1"})
         if user:
             env["REMOTE_USER"] = user
-        if environ.get("HTTP_GIT_PROTOCOL"):
-            env["GIT_PROTOCOL"] = environ["HTTP_GIT_PROTOCOL"]
-        proc = subprocess.Popen(["git", "http-backend"], stdin=body, stdout=subprocess.PIPE,
-                                env=env)
+        env.pop("HTTP_GIT_PROTOCOL", None)
+        protocol = wanted_protocol(environ.get("HTTP_GIT_PROTOCOL", ""))
+        if protocol:
+            env["GIT_PROTOCOL"] = protocol
+        # The hub's own hooks, whatever the serving account's git config says.
+        proc = subprocess.Popen(["git", "-c", f"core.hooksPath={os.path.join(self.hub, 'hooks')}",
+                                 "http-backend"], stdin=body, stdout=subprocess.PIPE, env=env)
         body.close()   # the child holds its own descriptor
         status, headers = "200 OK", []
         while True:
@@ -258,6 +272,7 @@ def _plain(start_response, status, text, extra=()):
 
 
 IDLE = 60.0       # seconds a connection may stay silent (reading or writing) before it is closed
+HEADER_WAIT = 30.0   # seconds a connection has to send its whole request line and headers
 CONNECTIONS = 64  # connections served at once; the next ones wait to be accepted
 
 
@@ -289,6 +304,31 @@ class Server(ThreadingMixIn, WSGIServer):
 class _Handler(WSGIRequestHandler):
     quiet = False
     timeout = IDLE   # set on the socket (StreamRequestHandler.setup)
+    header_wait = HEADER_WAIT
+
+    def setup(self):
+        super().setup()
+        # IDLE bounds one read only: a byte every minute held a connection, and 64
+        # of them every slot, before any login. Whole headers, or the door closes.
+        self._cut = threading.Timer(self.header_wait, self._too_slow)
+        self._cut.daemon = True
+        self._cut.start()
+
+    def _too_slow(self):
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def parse_request(self):
+        try:
+            return super().parse_request()   # the request line and headers are read
+        finally:
+            self._cut.cancel()
+
+    def finish(self):
+        self._cut.cancel()
+        super().finish()
 
     def log_message(self, fmt, *args):
         if not self.quiet:
@@ -367,13 +407,14 @@ def listen(host: str, port: int):
 
 def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
           tokens: bool = True, anonymous_read: bool = False, quiet: bool = False,
-          idle: float = IDLE, connections: int = CONNECTIONS):
+          idle: float = IDLE, connections: int = CONNECTIONS, header_wait: float = HEADER_WAIT):
     """A server ready to serve_forever(); port 0 picks a free one (server.server_port)."""
     if not shutil.which("git"):
         raise NotFound("git is not on PATH", "install git")
     app = GitApp(hub, users, tokens, anonymous_read,
                  LOOPBACK + (host.strip("[]"),) if is_local(host) else None)
-    handler = type("Handler", (_Handler,), {"quiet": quiet, "timeout": idle})
+    handler = type("Handler", (_Handler,), {"quiet": quiet, "timeout": idle,
+                                            "header_wait": header_wait})
     server = type("Bounded", (Server,), {"connections": connections})
     try:
         return make_server(host, port, app, server_class=server, handler_class=handler)

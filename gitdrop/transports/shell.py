@@ -6,18 +6,42 @@ sshd runs it instead of whatever the client asked for, with the request in
 SSH_ORIGINAL_COMMAND. It allows git-upload-pack (fetch) and git-receive-pack
 (push) on the hub only, and runs them with GITDROP_PUSHER=team/name, so the
 pre-receive hook refuses commits authored by anyone else. The hub is --hub, else
-$GITDROP_HUB, else ~/.gitdrop/hub.git.
+$GITDROP_HUB, else ~/.gitdrop/hub.git, and must be a gitdrop hub. git gets sshd's
+session variables alone (none a client may send) and the hub's own hooks.
 """
 
 import os
+import re
 import shlex
 import sys
 
 from .. import model, wal
-from ..hook import IDENTITY_VARS
 
 ALLOWED = {"git-upload-pack": "upload-pack", "git-receive-pack": "receive-pack",
            "git upload-pack": "upload-pack", "git receive-pack": "receive-pack"}
+
+
+# What git is given of the session's environment: sshd's own variables and the
+# locale. Anything else may be the client's (AcceptEnv, SetEnv): GIT_CONFIG_COUNT
+# with core.hooksPath alone turned the hook off, and uploadpack.packObjectsHook ran a
+# command of the client's as the hub's account.
+_KEPT = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR",
+         "SSH_CONNECTION", "SSH_CLIENT"}
+
+
+def git_env(agent: str, given: dict) -> dict:
+    env = {k: v for k, v in given.items() if k in _KEPT or k.startswith("LC_")}
+    protocol = wanted_protocol(given.get("GIT_PROTOCOL", ""))
+    if protocol:
+        env["GIT_PROTOCOL"] = protocol
+    env["GITDROP_PUSHER"] = agent
+    return env
+
+
+def wanted_protocol(value: str) -> str:
+    """The git protocol version a client asks for (GIT_PROTOCOL, the Git-Protocol
+    header), or "": nothing else of the client's goes to git."""
+    return value if re.fullmatch(r"version=[0-9]", value) else ""
 
 
 def _fail(msg: str, code: int = 1) -> int:
@@ -82,14 +106,18 @@ def main(argv: list[str] | None = None) -> int:
                            os.path.expanduser("~"))
     except ValueError as e:
         return _fail(str(e))
+    if not wal.is_hub(hub):   # $GITDROP_HUB may be the client's (AcceptEnv): never any repo
+        return _fail(f"{hub} is not a gitdrop hub; name the hub on the key's line "
+                     "(gitdrop-shell --hub PATH team/name)")
     try:
         wal.ensure(hub)   # after a crash: replay the log before git serves anything
     except OSError as e:
         return _fail(f"cannot open the hub's log: {e}")
-    env = {k: v for k, v in os.environ.items() if k not in IDENTITY_VARS}
-    env["GITDROP_PUSHER"] = agent
+    # The hub's own hooks, whatever a global or system git config says (core.hooksPath
+    # set for the account's other repositories skipped gitdrop's hook).
+    cmd[1:1] = ["-c", f"core.hooksPath={os.path.join(hub, 'hooks')}"]
     try:
-        os.execvpe(cmd[0], cmd, env)
+        os.execvpe(cmd[0], cmd, git_env(agent, dict(os.environ)))
     except OSError as e:
         return _fail(f"cannot run git: {e}", 127)
     return 0  # not reached
