@@ -40,7 +40,7 @@ import threading
 import time
 import tomllib
 
-from . import events, fmt, model
+from . import events, files, fmt, model
 from .errors import GitdropError, NotFound, Refusal, UsageError
 from .view import first_parent_walk
 from .worker import catch_stop_signals, restore_signals
@@ -287,13 +287,7 @@ class Responder:
             return
         folder = os.path.dirname(self.pending_path)
         os.makedirs(folder, exist_ok=True)
-        tmp = f"{self.pending_path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write("\n".join(ids) + "\n")
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.pending_path)
+        files.write_whole(self.pending_path, ("\n".join(ids) + "\n").encode(), sync=sync)
         if sync:
             fd = os.open(folder, os.O_RDONLY)
             try:

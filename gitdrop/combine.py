@@ -39,7 +39,7 @@ except ImportError:   # not POSIX: every writer writes for itself
 
 from .errors import GitdropError, Refusal
 from . import errors, writequeue
-from .locks import NOFOLLOW
+from .files import NOFOLLOW
 
 SLOTS, SIZE = 64, 16384
 FREE, ASKED, TAKEN, PENDING, DONE = range(5)

@@ -8,7 +8,7 @@ import time
 
 import pygit2
 
-from . import durable, fmt, hubrules, layout, locks, model, rules, taskindex, wal, writequeue
+from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -57,12 +57,8 @@ def install_hooks(git_dir: str) -> None:
             text = f.read()
         text = text.replace("@PYTHON@", sys.executable)
         text = text.replace("@GITDROP_PATH@", pkg_parent)
-        dest = os.path.join(git_dir, "hooks", name)
-        tmp = dest + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
+        files.write_whole(os.path.join(git_dir, "hooks", name), text.encode(), 0o755,
+                          exact=True)
 
 
 def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
@@ -514,7 +510,7 @@ class Hub:
         from .locks import fcntl
         path = self._journal_path() + ".lock"
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | locks.NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | files.NOFOLLOW, 0o644)
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -524,14 +520,8 @@ class Hub:
 
     def _write_journal(self, ref: str, to: str | None, tip: str) -> None:
         path = self._journal_path()
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | locks.NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(f"{ref}\n{to or ''}\n{tip}\n")
-            if self.store.method != "none":
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        files.write_whole(path, f"{ref}\n{to or ''}\n{tip}\n".encode(),
+                          sync=self.store.method != "none")
         if self.store.method != "none":
             wal.fsync_path(os.path.dirname(path))
 

@@ -28,10 +28,6 @@ try:
 except ImportError:   # not POSIX: no flock, so no lock is ever taken for dead
     fcntl = None
 
-# gitdrop's own files in a hub's folders are opened without following a symbolic
-# link: one planted there by anyone who may write the folder (a shared hub's group)
-# would have the next writer write to, or truncate, a file of its choosing.
-NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 GRACE = 2.0          # seconds; gitdrop.staleLockSeconds in the hub's config
 HELD_WAIT = 0.25     # seconds a held lock is waited for (a write takes milliseconds)
 _GRACE: dict = {}    # git_dir -> seconds, read once a process

@@ -15,7 +15,7 @@ import json
 import os
 
 from . import model
-from .locks import NOFOLLOW
+from .files import NOFOLLOW, write_whole
 
 COMPACT_SLACK = 1000   # stale lines tolerated beyond the live ones before a rewrite
 
@@ -109,19 +109,12 @@ def _load_pool(path: str, tree: str):
         return None
 
 
-def _new_file(path: str):
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600),
-                     "w", encoding="utf-8")
-
-
 def _save_pool(path: str, tree: str, pool, states) -> None:
     slim = [{k: v for k, v in h.items() if v != model.TASK_FIELDS.get(k)} for h in pool]
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with _new_file(tmp) as f:
-            json.dump({"tree": tree, "pool": slim, "states": states}, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        write_whole(path, json.dumps({"tree": tree, "pool": slim, "states": states},
+                                     separators=(",", ":")).encode(), 0o600)
     except OSError:
         pass   # a cache
 
@@ -187,10 +180,8 @@ class _Index:
         """Keep the entries of the room's tasks as they are now."""
         keep = [(oid, h) for oid, h in self.known.items() if oid in live]
         self.known = dict(keep)
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with _new_file(tmp) as f:
-            f.writelines(_line(oid, h) for oid, h in keep)
-        os.replace(tmp, self.path)   # lines appended meanwhile are lost: a cache
+        # lines appended meanwhile are lost: a cache
+        write_whole(self.path, "".join(_line(oid, h) for oid, h in keep).encode(), 0o600)
         self.lines = len(keep)
 
 

@@ -6,12 +6,16 @@ directory but outside refs and objects, so no token is ever in history, in a
 clone or in a push. Light to import: no pygit2, no mcp.
 """
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import secrets
 import time
+
+from .errors import Damaged
+from .files import NOFOLLOW, write_whole
 
 PREFIX = "gd_"
 
@@ -31,10 +35,22 @@ def digest(token: str) -> str:
 
 def _load(p: str) -> dict:
     try:
-        with open(p) as f:
-            data = json.load(f)
+        fd = os.open(p, os.O_RDONLY | NOFOLLOW)
     except FileNotFoundError:
         return {}
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise Damaged(f"{p} is a symbolic link, which gitdrop does not follow",
+                      f"remove it (rm {p}), then mint the agents' tokens again "
+                      "(gitdrop token AGENT)") from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        try:
+            data = json.load(f)
+        except ValueError:
+            raise Damaged(f"{p} is not the token file gitdrop writes",
+                          f"move it aside (mv {p} {p}.bad), then mint the agents' tokens "
+                          "again (gitdrop token AGENT)") from None
     return data.get("agents", {}) if isinstance(data, dict) else {}
 
 
@@ -44,7 +60,7 @@ class _Locked:
     def __init__(self, hub_path: str):
         os.makedirs(_dir(hub_path), mode=0o700, exist_ok=True)
         self.fd = os.open(os.path.join(_dir(hub_path), "tokens.lock"),
-                          os.O_CREAT | os.O_RDWR, 0o600)
+                          os.O_CREAT | os.O_RDWR | NOFOLLOW, 0o600)
 
     def __enter__(self):
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -56,15 +72,8 @@ class _Locked:
 
 
 def _save(hub_path: str, agents: dict) -> None:
-    p = path(hub_path)
-    tmp = p + ".tmp"
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"version": 1, "agents": agents}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, p)
+    write_whole(path(hub_path), json.dumps({"version": 1, "agents": agents}, indent=1,
+                                           sort_keys=True).encode(), 0o600, exact=True, sync=True)
 
 
 def mint(hub_path: str, agent_id: str) -> str:

@@ -25,7 +25,7 @@ import time
 import zlib
 
 from . import locks
-from .locks import NOFOLLOW
+from .files import NOFOLLOW
 
 try:
     import fcntl

@@ -17,7 +17,7 @@ import os
 import time
 import zlib
 
-from .locks import NOFOLLOW
+from .files import NOFOLLOW, write_whole
 
 try:
     import fcntl
@@ -129,11 +129,8 @@ class WalkMemo(dict):
                     key = body.partition("\t|")[0]
                     latest.pop(key, None)   # keep the order of the last write
                     latest[key] = line if line.endswith("\n") else line + "\n"
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.writelines(list(latest.values())[-MAX_KEEP:])
-            os.replace(tmp, self.path)   # nobody appends meanwhile (the lock)
+            # nobody appends meanwhile (the lock)
+            write_whole(self.path, "".join(list(latest.values())[-MAX_KEEP:]).encode(), 0o600)
             self._lines = min(len(latest), MAX_KEEP)
         finally:
             os.close(lock)

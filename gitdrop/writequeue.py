@@ -17,7 +17,7 @@ import contextvars
 import os
 import time
 
-from .locks import NOFOLLOW
+from .files import NOFOLLOW
 
 try:
     import fcntl

@@ -78,3 +78,59 @@ def test_a_link_in_place_of_the_hubs_log_is_refused_and_said(tmp_path, name):
     texts = [m["text"] for m in h.room("r").inbox("t/bob", limit=10)["messages"]]
     assert texts[0] == "first" and texts[-1] == "after the link is gone"
     assert victim.read_bytes() == PRECIOUS
+
+
+def test_links_planted_where_files_are_rewritten_are_not_written_through(tmp_path):
+    """Files rewritten whole (tokens, the hook) went through a temp file of a
+    predictable name: a link planted there had the write, and a chmod, land on its
+    target. A link in place of the token file itself is refused, and said."""
+    h, g = _hub(tmp_path)
+    victims = {}
+    for name in ("gitdrop/tokens.json.tmp", "hooks/pre-receive.tmp"):
+        victim = tmp_path / ("victim-" + name.replace("/", "-"))
+        victim.write_bytes(PRECIOUS)
+        victim.chmod(0o640)
+        os.symlink(victim, os.path.join(h.path, name))
+        victims[name] = victim
+    g.ok("token", "t/bob")   # rewrites the token file
+    g.ok("init", h.path)     # an upgrade in place: rewrites the hook
+    for name, victim in victims.items():
+        assert victim.read_bytes() == PRECIOUS, name
+        assert victim.stat().st_mode & 0o777 == 0o640, name
+    tokens_file = os.path.join(h.path, "gitdrop", "tokens.json")
+    assert os.stat(tokens_file).st_mode & 0o777 == 0o600
+    assert "t/bob" in json.loads(open(tokens_file).read())["agents"]
+    hook = os.path.join(h.path, "hooks", "pre-receive")
+    assert not os.path.islink(hook) and os.stat(hook).st_mode & 0o777 == 0o755
+    # The token file itself a link: refused as damaged, the link's target untouched.
+    victim = tmp_path / "victim-tokens"
+    victim.write_bytes(PRECIOUS)
+    os.unlink(tokens_file)
+    os.symlink(victim, tokens_file)
+    r = g("token", "t/bob", "--json")
+    assert r.rc == 8 and "Traceback" not in r.err, r
+    assert r.json["rule"] == "damaged" and "symbolic link" in r.json["reason"], r.json
+    assert victim.read_bytes() == PRECIOUS
+
+
+def test_a_hub_made_under_umask_zero_is_writable_by_its_owner_alone(tmp_path):
+    """A service manager or container may start gitdrop with umask 0: a world-writable
+    hub let any local user replace its hook, which runs on every push."""
+    import subprocess
+    from cli_helpers import ENTRY
+    path = str(tmp_path / "hub.git")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITDROP")}
+    p = subprocess.run([*ENTRY, "init", path], env=dict(env, HOME=str(tmp_path)),
+                       capture_output=True, text=True, preexec_fn=lambda: os.umask(0),
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    g = Gitdrop(path, str(tmp_path), "t/ann")
+    g.ok("--room", "lobby", "register", "t/ann")
+    g.ok("--room", "lobby", "token", "t/ann")
+    loose = []
+    for top, dirs, names in os.walk(path):
+        for n in dirs + names:
+            full = os.path.join(top, n)
+            if not os.path.islink(full) and os.stat(full).st_mode & 0o002:
+                loose.append(full)
+    assert not loose, loose

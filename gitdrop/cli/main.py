@@ -130,6 +130,8 @@ def _usage_json(err) -> None:
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from ..files import never_world_writable
+    never_world_writable()
     command = typer.main.get_command(app)
     try:
         rv = command.main(argv, prog_name="gitdrop", standalone_mode=False)

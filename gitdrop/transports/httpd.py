@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..errors import GitdropError, NotFound, UsageError
+from ..files import NOFOLLOW, never_world_writable
 from ..hook import IDENTITY_VARS
 from .shell import wanted_protocol
 
@@ -88,7 +89,7 @@ def add_user(path: str, agent: str) -> str:
     if not is_agent_id(agent):
         raise UsageError(f"{agent!r} is not an agent id", "give the agent as team/name")
     password = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND | NOFOLLOW, 0o600)
     with os.fdopen(fd, "a") as f:
         f.write(f"{agent}:sha256:{hashlib.sha256(password.encode()).hexdigest()}\n")
     return password
@@ -444,6 +445,7 @@ def main(argv=None) -> int:
     p.add_argument("--add-user", metavar="AGENT", help="add AGENT to --users, print its password")
     p.add_argument("--quiet", action="store_true", help="no request log")
     a = p.parse_args(argv)
+    never_world_writable()
     if a.add_user and not a.users:
         p.error("--add-user needs --users FILE")
     try:

@@ -16,6 +16,7 @@ import shlex
 import sys
 
 from .. import model, wal
+from ..files import never_world_writable
 
 ALLOWED = {"git-upload-pack": "upload-pack", "git-receive-pack": "receive-pack",
            "git upload-pack": "upload-pack", "git receive-pack": "receive-pack"}
@@ -100,6 +101,7 @@ def resolve(agent: str, hub: str, request: str, home: str) -> tuple[list[str], s
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    never_world_writable()
     try:
         agent, hub = parse(argv)
         cmd, hub = resolve(agent, hub, os.environ.get("SSH_ORIGINAL_COMMAND", ""),
