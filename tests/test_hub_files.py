@@ -4,6 +4,7 @@ followed, so no writer writes to, or truncates, a file of the planter's choosing
 
 import json
 import os
+import time
 
 import pytest
 
@@ -134,3 +135,32 @@ def test_a_hub_made_under_umask_zero_is_writable_by_its_owner_alone(tmp_path):
             if not os.path.islink(full) and os.stat(full).st_mode & 0o002:
                 loose.append(full)
     assert not loose, loose
+
+
+def test_repair_removes_the_temp_files_of_killed_writers(tmp_path):
+    """A writer killed between making a temporary file and putting it in place left
+    it for ever; repair removes those whose process is gone, and no other."""
+    import subprocess
+    h, g = _hub(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time() - 3600
+    stale = [f"gitdrop/tokens.json.{dead.pid}-0a1b2c.tmp", f"hooks/pre-receive.{dead.pid}.tmp",
+             f"objects/ab/tmp_obj_{dead.pid}_0a1b2c3d", f"gitdrop/wal.new{dead.pid}"]
+    kept = [f"gitdrop/tokens.json.{os.getpid()}-0a1b2c.tmp",   # its writer lives
+            f"gitdrop/walks.{dead.pid}.tmpx"]                  # not a temp file of ours
+    young = f"gitdrop/tasks/r.idx.{dead.pid}-ffee.tmp"          # just made: left alone
+    for name in stale + kept + [young]:
+        full = os.path.join(h.path, name)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(b"half")
+        if name != young:
+            os.utime(full, (old, old))
+    doc = g.js("repair")
+    assert sorted(doc["temp_removed"]) == sorted(stale), doc
+    for name in stale:
+        assert not os.path.exists(os.path.join(h.path, name)), name
+    for name in kept + [young]:
+        assert os.path.exists(os.path.join(h.path, name)), name
+    assert doc["healthy"] is True

@@ -3,7 +3,9 @@ disk left.
 
 What it does by itself (each is safe: the same happens on the next write anyway):
 - a damaged write-ahead log is kept aside and a new one made (gitdrop.wal);
-- ref locks whose owner is dead are removed (gitdrop.locks), the log told first.
+- ref locks whose owner is dead are removed (gitdrop.locks), the log told first;
+- temporary files a killed writer left (a file rewritten whole, a new object, a new
+  log) are removed once their process is gone.
 
 What it only reports, and mends when asked (`--apply`, `--set REF=COMMIT`):
 - a ref that names no commit (a garbage or cut-short file, or a missing commit),
@@ -14,6 +16,8 @@ Exit 0 when the hub is healthy afterwards; 8 (damaged) while a ref stays damaged
 """
 
 import os
+import re
+import time
 from typing import Annotated, Optional
 
 import typer
@@ -28,6 +32,40 @@ SCOPES = ("refs/heads/", "refs/archive/")   # where gitdrop keeps its refs
 
 
 # --- looking ----------------------------------------------------------------------
+
+# The temporary files gitdrop's writers make, with the pid of the process that made
+# each: files.write_whole, durable.Writer and wal._restore_object, wal.create.
+_TEMP = re.compile(r"\.(\d+)(-[0-9a-f]+)?\.tmp$|^tmp_obj_(\d+)_[0-9a-f]+$|\.new(\d+)$")
+_TEMP_AGE = 60   # seconds: a live writer's temp file lasts milliseconds
+
+
+def stale_temp_files(path: str) -> list[str]:
+    """Temporary files under the hub's own folders whose writer is gone (a kill -9
+    between making one and putting it in place): nobody ever reads them."""
+    out, now = [], time.time()
+    for folder in ("gitdrop", "hooks", "objects"):
+        for top, _, names in os.walk(os.path.join(path, folder)):
+            for name in names:
+                m = _TEMP.search(name)
+                full = os.path.join(top, name)
+                if m is None or _alive(int(next(g for g in m.groups() if g and g[0] != "-"))):
+                    continue
+                try:
+                    if now - os.lstat(full).st_mtime >= _TEMP_AGE:
+                        out.append(full)
+                except FileNotFoundError:
+                    pass
+    return sorted(out)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # another user's: alive
+    return True
 
 def hub_path(s: Scope) -> str:
     from ..core import default_hub
@@ -248,7 +286,7 @@ def repair(s: Scope,
     path = hub_path(s)
     hub = f"gitdrop --hub {path} repair"
     report: dict = {"hub": path, "log": "none", "locks_cleared": [], "locks_in_use": [],
-                    "damaged": [], "restored": []}
+                    "temp_removed": [], "damaged": [], "restored": []}
     # 1. the log (a damaged one is rebuilt as the hub is opened, and says so)
     from ..wal import read_config
     had = os.path.exists(wal.path_for(path))
@@ -264,7 +302,14 @@ def repair(s: Scope,
             report["locks_cleared"].append(name)
         elif state in ("held", "young"):
             report["locks_in_use"].append(name)
-    # 3. refs: what is damaged, and what to put back
+    # 3. temporary files of writers killed before they put them in place
+    for full in stale_temp_files(path):
+        try:
+            os.unlink(full)
+            report["temp_removed"].append(os.path.relpath(full, path))
+        except FileNotFoundError:
+            pass
+    # 4. refs: what is damaged, and what to put back
     wanted = {}
     for item in set_ or []:
         ref, eq, value = item.partition("=")
@@ -300,6 +345,8 @@ def _show(report: dict, hub: str) -> None:
         print(f"cleared {name}: its owner was dead")
     for name in report["locks_in_use"]:
         print(f"left {name}: a live process holds it")
+    for name in report["temp_removed"]:
+        print(f"removed {name}: a temporary file its killed writer left")
     for r in report["restored"]:
         print(f"put back {r['ref']} = {r['to']}" if r["to"] else f"removed {r['ref']}")
     for e in report["damaged"]:
