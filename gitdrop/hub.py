@@ -10,7 +10,7 @@ import pygit2
 
 from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
-from .errors import Conflict, NotFound, Refusal, UsageError
+from .errors import Conflict, Damaged, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
 from .view import CommitData, RoomView, first_parent_walk, render_file
@@ -276,9 +276,31 @@ class Hub:
         for ref in (self.store.room_ref(room), model.ARCHIVE_PREFIX + room):
             tip = self.store.tip(ref)
             if tip:
-                c = self.store.reader.commit(tip)
+                c = self._room_commit(ref, tip)
                 return ref, tip, RoomView(self.store.reader, c.tree, tip, room)
         raise NotFound(f"no room {room!r} in this hub", "gitdrop room list --all")
+
+    def _room_commit(self, ref: str, tip: str):
+        """The commit a room's ref names; Damaged (exit 8) when it names none: a blob,
+        tree or tag set there by hand (git lets refs/archive/ hold any object), or a
+        commit that is missing. Every face read it as a commit: a traceback."""
+        try:
+            return self.store.reader.commit(tip)
+        except KeyError:
+            got = getattr(self.store, "repo", None)
+            obj = got.get(tip) if got is not None else None
+            what = f"a {obj.type_str}, not a commit" if obj is not None else \
+                "no commit of this hub (missing, or an object it needs is)"
+            raise Damaged(f"{ref} names {tip[:12]}, {what}: room "
+                          f"{ref.rpartition('/')[2]!r} cannot be read",
+                          self.repair_fix(ref)) from None
+
+    def repair_fix(self, ref: str) -> str:
+        """What to run when `ref` names no commit."""
+        if getattr(self, "url", ""):   # a mirror holds what the hub has: mended there
+            return f"ask the hub's owner to run gitdrop repair on the hub's machine ({ref})"
+        return (f"see what can be put back: gitdrop --hub {self.path} repair (it names the "
+                f"last commit gitdrop logged for {ref}; --apply puts it back)")
 
     @staticmethod
     def leads_of(view: RoomView) -> list[str]:
@@ -624,8 +646,9 @@ class Hub:
         text = (hub_view or self._hub_view()).text(self._record_path(room))
         if text:
             return fmt.loads_toml(text)
-        tip = self.store.tip(model.ARCHIVE_PREFIX + room)
-        when = self.store.reader.commit(tip).time if tip else 0
+        ref = model.ARCHIVE_PREFIX + room
+        tip = self.store.tip(ref)
+        when = self._room_commit(ref, tip).time if tip else 0
         return {"name": room, "archived": when, "tip": tip, "pinned": False}
 
     # --- rooms: reading ---------------------------------------------------------------
@@ -639,21 +662,15 @@ class Hub:
         now = self.clock()
         expiry = self.config("gitdrop.archiveExpiryDays", 90)
         hv = self._hub_view()
-        from .errors import Damaged
         for prefix in kinds:
             for name in self.store.rooms(prefix):
                 try:
                     tip = self.store.tip(prefix + name)
-                    c = self.store.reader.commit(tip)
+                    c = self._room_commit(prefix + name, tip)
                     room = RoomView(self.store.reader, c.tree, tip, name).room
-                except (Damaged, KeyError) as e:
+                except Damaged as e:
                     # A ref that names no commit (or a missing one): listed, with
                     # what is wrong and how to mend it, so a list never hides it.
-                    if not isinstance(e, Damaged):
-                        e = Damaged(f"{prefix + name} names commit {tip}, which is missing "
-                                    "(or an object it needs is)",
-                                    f"see what can be put back: gitdrop --hub {self.path} "
-                                    "repair")
                     try:
                         when = int(os.stat(os.path.join(self.path, prefix + name)).st_mtime)
                     except OSError:
@@ -791,6 +808,7 @@ class Hub:
         if not tip:
             raise NotFound(f"no {'archived ' if archived else ''}room {room!r}",
                            "list them with gitdrop room list --all")
+        self._room_commit(ref, tip)
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip,
                              progress=progress)
 

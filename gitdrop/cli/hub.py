@@ -16,36 +16,6 @@ RoomArg = Annotated[Optional[str], typer.Argument(
     help="The room (default: --room / GITDROP_ROOM / lobby).", show_default=False)]
 
 
-def readable(s: Scope, room: str, archived: Optional[bool] = None) -> None:
-    """Damaged (exit 8) if the ref holding `room` names no commit: a blob, tree or
-    tag set there by hand (git lets refs/archive/ hold any object), or a commit that
-    is missing. The room's commands read it as a commit, and would fail unexplained.
-    `archived`: which ref; None, the active one if it exists, else the archived."""
-    from .. import model
-    from ..errors import Damaged
-    store = s.hub.store
-    refs = [store.room_ref(room), model.ARCHIVE_PREFIX + room]
-    if archived is not None:
-        refs = refs[1:] if archived else refs[:1]
-    for ref in refs:
-        tip = store.tip(ref)
-        if not tip:
-            continue
-        obj = store.repo.get(tip)
-        if obj is not None and obj.type_str == "commit":
-            return
-        what = f"a {obj.type_str}, not a commit" if obj is not None else "no object here"
-        raise Damaged(f"{ref} names {tip[:12]}, {what}: room {room!r} cannot be read",
-                      _repair_hint(s, ref))
-
-
-def _repair_hint(s: Scope, ref: str) -> str:
-    if getattr(s.hub, "url", ""):   # the mirror holds what the hub has: mended there
-        return f"ask the hub's owner to run gitdrop repair on the hub's machine ({ref})"
-    return (f"see what can be put back: gitdrop --hub {s.hub.path} repair (it names the "
-            f"last commit gitdrop logged for {ref}; --apply puts it back)")
-
-
 # --- teams ------------------------------------------------------------------------
 
 @command(team_app, "create")
@@ -129,7 +99,6 @@ def room_show(s: Scope, name: RoomArg = None,
                   "--offset", min=0, help="Skip this many agents (by id).")] = 0):
     """A room's status: teams, leads, agents (a page at a time in a big room), open
     tasks, last activity, size."""
-    readable(s, name or s.room_name)
     st = s.hub.room_status(name or s.room_name, offset, limit)
 
     def show():
@@ -208,7 +177,6 @@ def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
 def room_archive(s: Scope, name: RoomArg = None):
     """Archive a room: its branch leaves the active rooms, its history stays (a lead)."""
     room = name or s.room_name
-    readable(s, room)
     r = s.hub.archive_room(room, s.agent)
     s.emit(r, f"room {room} archived (tip {short_id(r['tip'])}); gitdrop room restore {room} "
               "brings it back")
@@ -218,7 +186,6 @@ def room_archive(s: Scope, name: RoomArg = None):
 def room_restore(s: Scope, name: RoomArg = None):
     """Bring an archived room back (a lead)."""
     room = name or s.room_name
-    readable(s, room)
     r = s.hub.restore_room(room, s.agent)
     s.emit(r, f"room {room} restored")
 
@@ -228,7 +195,6 @@ def room_pin(s: Scope, name: RoomArg = None,
              unpin: Annotated[bool, typer.Option("--unpin", help="Remove the pin.")] = False):
     """Pin a room: it is never archived for idleness nor expired (a lead)."""
     room = name or s.room_name
-    readable(s, room)
     r = s.hub.pin_room(room, s.agent, pinned=not unpin)
     s.emit(r, f"room {room} {'pinned' if r['pinned'] else 'unpinned'}")
 
@@ -246,7 +212,6 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
     # Who may destroy is checked before asking: a non-lead is refused at once, not
     # after typing the name (destroy_room checks again, under its own read).
     h = s.hub
-    readable(s, name)
     _ref, _tip, view = h._locate(name)
     by = h._require_lead(view, by, "destroy")
     # The prompt goes to stderr so stdout keeps only the result (one JSON document).
@@ -329,7 +294,6 @@ def verify(s: Scope, name: RoomArg = None,
            archived: Annotated[bool, typer.Option("--archived", help="An archived room.")] = False):
     """Re-check a whole room from its first commit with the rules (same verdicts as the hook)."""
     room = name or s.room_name
-    readable(s, room, archived)
     with progress(f"verifying {room}", quiet=s.json, unit="commits") as step:
         ops = s.hub.verify(room, archived=archived, progress=step)
     s.emit({"room": room, "commits": len(ops), "verified": True,

@@ -37,7 +37,9 @@ def sync(s: Scope, drop: Annotated[Optional[int], typer.Option(
     (--retry ID) or drop it (--drop ID); the others go through. Exit 3 while a
     refused write waits in the queue. A push the hub neither takes nor refuses by
     a rule (no answer, no permission, a hook that fails) stops the sync with exit 7:
-    that write and those after it stay queued, in order."""
+    that write and those after it stay queued, in order. A hub that serves a file
+    the rules refuse (it runs without gitdrop's hook) stops it with exit 8, naming
+    the hub and the file: the queue is left as it is, for once the hub is mended."""
     if drop is not None and retry is not None:
         raise UsageError("--drop and --retry name what to do with one write: give one",
                          "gitdrop sync --retry ID, or gitdrop sync --drop ID")

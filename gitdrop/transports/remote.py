@@ -87,8 +87,9 @@ class Unreachable(GitdropError):
 
 class SyncStopped(Unreachable):
     """A sync stopped at a write the hub neither took nor refused by a rule (it
-    stopped answering, or turned the push away for another reason): that write
-    and those after it stay queued, in order. `rule` says which of the two."""
+    stopped answering, turned the push away for another reason, or serves a room
+    the rules refuse, so the write cannot be judged): that write and those after
+    it stay queued, in order. `rule` says which: unreachable, hub-rejected, damaged."""
 
     def __init__(self, rule: str, reason: str, fix: str, synced: list, queued: list):
         super().__init__(reason, fix)
@@ -609,8 +610,8 @@ class RemoteStore(Store):
             except (KeyError, ValueError, pygit2.GitError) as e:
                 if self._whole(entry):   # then what could not be read is the hub's
                     raise self._hub_damaged(Damaged(
-                        f"its state could not be read ({e})", "ask the hub's owner to run "
-                        "gitdrop verify there")) from None
+                        f"reading it raised {type(e).__name__}: {e}", "ask the hub's owner "
+                        "to run gitdrop verify there")) from None
                 # its commit is missing or damaged here (a power cut on this machine):
                 # marked, so the writes after it still go
                 return self._mark_refused(entry, Refusal(
