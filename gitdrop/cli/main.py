@@ -101,7 +101,8 @@ app = typer.Typer(
          "(the hub) is the server; every act is a commit on a room's branch.\n\n"
          "Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 refused by a rule, 4 not found, "
          "5 ambiguous name, 6 conflict (the room kept moving), 7 a remote hub unreachable, "
-         "8 damaged (gitdrop repair), 124 wait timed out, 130 interrupted.",
+         "8 damaged (gitdrop repair), 9 storage (disk full, read-only), 124 wait timed out, "
+         "129/143 stopped by SIGHUP/SIGTERM, 130 interrupted.",
     epilog="Docs: README.md and docs/ (CLI.md, PROTOCOL.md).")
 
 
