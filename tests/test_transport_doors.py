@@ -275,3 +275,31 @@ def test_connections_that_trickle_their_headers_do_not_hold_the_server(http_hub,
             s.close()
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_body_that_trickles_is_cut(http_hub):
+    """Whole headers, then a body of a byte now and then (each read well within the
+    idle timeout): cut once it comes at under the minimum pace, with a 400."""
+    h, secret = http_hub
+    srv = _serve(h.path, header_wait=1.0)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.server_port), 20) as s:
+            s.sendall(b"POST /hub.git/git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      + _auth(secret) + b"Content-Length: 100000\r\n"
+                      b"Content-Type: application/x-git-upload-pack-request\r\n\r\n")
+            start, answer = time.monotonic(), b""
+            s.settimeout(0.2)
+            while time.monotonic() - start < 15 and not answer:
+                try:
+                    s.sendall(b"0")
+                    answer = s.recv(4096)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+            assert answer.split(b"\r\n")[0].endswith(b"400 Bad Request"), answer[:200]
+            assert b"bytes a second" in answer
+            assert time.monotonic() - start < 8
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -95,19 +96,41 @@ def add_user(path: str, agent: str) -> str:
     return password
 
 
-def copy(stream, out, size: int, short: str) -> None:
+MIN_RATE = 500   # bytes a second a request body must come at, on average, after a grace
+
+
+class Pace:
+    """A body that comes at less than MIN_RATE on average, once `grace` seconds have
+    passed, is cut (ValueError): a byte every minute passed the idle timeout, which
+    bounds one read only, and held the connection for ever (Apache's mod_reqtimeout
+    does the same)."""
+
+    def __init__(self, grace: float):
+        self.grace, self.start, self.got = grace, time.monotonic(), 0
+
+    def add(self, n: int) -> None:
+        self.got += n
+        late = time.monotonic() - self.start - self.grace
+        if late > 0 and self.got < late * MIN_RATE:
+            raise ValueError(f"the request body came at under {MIN_RATE} bytes a second")
+
+
+def copy(stream, out, size: int, short: str, pace: Pace | None = None) -> None:
     """Copy exactly `size` bytes; ValueError(short) if the stream ends first."""
     if size < 0:   # read(-1) reads to the end: the whole connection, into memory
         raise ValueError("a negative length")
     while size:
-        data = stream.read(min(size, CHUNK))
+        data = stream.read1(min(size, CHUNK)) if hasattr(stream, "read1") else \
+            stream.read(min(size, CHUNK))
         if not data:
             raise ValueError(short)
         out.write(data)
         size -= len(data)
+        if pace is not None:
+            pace.add(len(data))
 
 
-def dechunk(stream, out, limit: int = MAX_BODY) -> int:
+def dechunk(stream, out, limit: int = MAX_BODY, pace: Pace | None = None) -> int:
     """Copy a chunked transfer-encoded body to `out` (wsgiref hands it over raw)."""
     total = 0
     while True:
@@ -125,7 +148,7 @@ def dechunk(stream, out, limit: int = MAX_BODY) -> int:
         total += size
         if total > limit:
             raise ValueError("request body too large")
-        copy(stream, out, size, "truncated chunked body")
+        copy(stream, out, size, "truncated chunked body", pace)
         stream.readline(8)   # the CRLF after each chunk
 
 
@@ -133,7 +156,7 @@ class GitApp:
     """The WSGI app: authenticate, then hand the request to git http-backend."""
 
     def __init__(self, hub: str, users: str = "", tokens: bool = True,
-                 anonymous_read: bool = False, hosts=None):
+                 anonymous_read: bool = False, hosts=None, grace: float = 30.0):
         self.hub = os.path.realpath(hub)
         # Bound to this machine, a read without a login answers only requests addressed
         # to it by name: a web page whose name resolves to 127.0.0.1 (DNS rebinding)
@@ -154,6 +177,7 @@ class GitApp:
             except ImportError:
                 pass
         self.anonymous_read = anonymous_read
+        self.grace = grace   # seconds before a body's pace counts (Pace)
 
     def identify(self, environ) -> str:
         """The authenticated agent, or ""."""
@@ -203,18 +227,17 @@ class GitApp:
         body.seek(0)
         return self._backend(environ, start_response, user, body, length)
 
-    @staticmethod
-    def _read_body(environ, out) -> int:
-        stream = environ["wsgi.input"]
+    def _read_body(self, environ, out) -> int:
+        stream, pace = environ["wsgi.input"], Pace(self.grace)
         if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-            return dechunk(stream, out)
+            return dechunk(stream, out, pace=pace)
         given = environ.get("CONTENT_LENGTH") or "0"
         if not given.isdigit() or not given.isascii():
             raise ValueError(f"Content-Length {given[:20]!r} is not a length")
         length = int(given)
         if length > MAX_BODY:
             raise ValueError("request body too large")
-        copy(stream, out, length, "truncated body")
+        copy(stream, out, length, "truncated body", pace)
         return length
 
     def _backend(self, environ, start_response, user, body, length):
@@ -413,7 +436,7 @@ def serve(hub: str, host: str = "127.0.0.1", port: int = 8080, users: str = "",
     if not shutil.which("git"):
         raise NotFound("git is not on PATH", "install git")
     app = GitApp(hub, users, tokens, anonymous_read,
-                 LOOPBACK + (host.strip("[]"),) if is_local(host) else None)
+                 LOOPBACK + (host.strip("[]"),) if is_local(host) else None, header_wait)
     handler = type("Handler", (_Handler,), {"quiet": quiet, "timeout": idle,
                                             "header_wait": header_wait})
     server = type("Bounded", (Server,), {"connections": connections})
