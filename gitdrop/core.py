@@ -866,7 +866,7 @@ class Room:
         if t["state"] not in machine.MOVES["reap"][0]:
             return {"until": 0, "last_act": 0, "expired": False}
         until, last = rules.lease_expiry(self.store.reader, view.settings, t, view.commit, now)
-        waiting = deps.waiting_on(deps.lookup(view), t)  # a waiting task is not abandoned
+        waiting = deps.lease_waits_on(deps.lookup(view), t)  # a waiting task is not abandoned
         return {"until": until, "last_act": last, "expired": now >= until and not waiting,
                 "waiting_on": waiting}
 
@@ -963,7 +963,7 @@ class Room:
                          self._caps(view, agent), tag, now=self.clock())
         return [taskindex.full(t) for t in (got[:limit] if limit else got)]
 
-    def claim_next(self, agent: str, tag: str = "", tries: int = 50, skip=()) -> dict:
+    def claim_next(self, agent: str, tag: str = "", tries: int = 200, skip=()) -> dict:
         """Claim the best ready task for `agent`: {"task": id, "claimed": True, ...};
         its own assigned or in-progress task if it has one ({"claimed": False}); {"task": ""}
         when nothing is ready. `skip`: ids to pass over (a worker's, for a while). A claim

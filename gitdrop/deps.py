@@ -65,6 +65,14 @@ def waiting_on(tasks, task: dict) -> list[str]:
     return out
 
 
+def lease_waits_on(tasks, task: dict) -> list[str]:
+    """The dependencies a held task waits on, whose lease runs only from when they
+    complete (the reaper leaves it); none once one failed, was cancelled or is gone:
+    it will never complete, so the task is stuck, not waiting (an assignee that
+    pointed its task at a cancelled one held it past every reap)."""
+    return [] if blocked_by(tasks, task) else waiting_on(tasks, task)
+
+
 def blocked_by(tasks, task: dict) -> str:
     """Why `task` cannot go on because of a dependency ("" when none failed): a
     dependency that failed or was cancelled, with its reason."""

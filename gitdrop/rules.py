@@ -618,11 +618,38 @@ def _quick_ok(reader, c, cursor, lead, cap, window, since) -> bool:
 
 # --- tasks ------------------------------------------------------------------
 
+# Bytes of max_file a task's file leaves free when it is made or edited: a claim, a
+# start, a lease renewal each add a field. A task made just under max_file could take
+# no claim, yet ready offered it first: fifty of them stopped every claimer.
+TASK_ROOM = 256
+
+
+def _check_task_room(before, c, ch, old_size: int = 0):
+    size = len(ch.new.encode("utf-8", "surrogateescape"))
+    most = before.settings["max_file"] - TASK_ROOM
+    if size > most and size > old_size:
+        _refuse("size-limit", c, f"{ch.path} is {size} bytes; a task's file may take "
+                f"{most} of the room's max_file ({before.settings['max_file']}), leaving "
+                f"{TASK_ROOM} for the fields its moves add (claim, lease)",
+                "shorten it, or put the bulk in a repository file and name its path")
+
+
+def _check_task_trailer(c, tid: str) -> None:
+    """A task operation names the task whose file it changes: the trailer files the
+    commit under that task (history, a lease's last act). Another task's id there
+    renewed a silent assignee's lease for ever, by anyone's commits."""
+    named = fmt.trailer(c.trailers, "task")
+    if named and named.lstrip("#") != tid:
+        _refuse("format", c, f"the commit's Gitdrop-Task trailer names task {named}, but "
+                f"it changes task {tid}", f"set Gitdrop-Task: {tid}")
+
+
 def _check_task_create(before, c, changes, ctx, op):
     s = before.settings
     ch = _only(c, changes, "task")
     if ch.old is not None:
         _refuse("one-operation", c, f"task {ch.key} already exists", "pick a new id")
+    _check_task_room(before, c, ch)
     t, body = _doc(c, ch, "new")
     if str(t["id"]) != ch.key:
         _refuse("format", c, f"the task's id field is {t['id']!r} but its file is {ch.path}",
@@ -630,6 +657,10 @@ def _check_task_create(before, c, changes, ctx, op):
     if t["creator"] != c.author:
         _refuse("registered-author", c, f"creator is {t['creator']!r} but the author is "
                 f"{c.author}", f"set creator = \"{c.author}\"")
+    _check_task_trailer(c, ch.key)
+    if t["lease_until"]:   # a lease starts with a claim or a start, bounded there
+        _refuse("task-lease", c, f"a new task holds no lease (lease_until is "
+                f"{t['lease_until']})", "set lease_until = 0; the assignee's start sets one")
     _check_title(c, t["title"], s)
     if len(t["tags"]) > s["max_tags"]:
         _refuse("size-limit", c, f"{len(t['tags'])} tags; the room allows {s['max_tags']}",
@@ -761,6 +792,7 @@ def _check_task_move(before, c, changes, ctx, op):
         _refuse("task-state-machine", c, f"{op} changes an existing task",
                 "name a task that exists (gitdrop task list); tasks are cancelled, not deleted")
     (old, old_body), (new, new_body) = _doc(c, ch, "old"), _doc(c, ch, "new")
+    _check_task_trailer(c, ch.key)
     move = op[5:]
     if move not in machine.MOVES:
         _refuse("task-state-machine", c, f"unknown move {move!r}",
@@ -795,6 +827,8 @@ def _check_task_move(before, c, changes, ctx, op):
     if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
         _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
     _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
+    if move == "edit":   # a file at the edge from before may still shrink
+        _check_task_room(before, c, ch, len(ch.old.encode("utf-8", "surrogateescape")))
     if move == "edit" and (new["brief"] != old["brief"] or new_body != old_body):
         _check_brief(c, new, new_body, tid)
     if "lease_until" in fields:
@@ -919,10 +953,19 @@ def _move_edit(before, c, old, new, tid):
         _check_title(c, new["title"], s)
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
-    if new["review"] != old["review"] and c.author != old["creator"] and \
-            not before.is_lead(c.author):
+    decides = c.author == old["creator"] or before.is_lead(c.author)
+    if new["review"] != old["review"] and not decides:
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "decides whether a task goes through review", "ask them to change it")
+    # Who reviews the work, and the work under review, are not its doer's to change:
+    # an assignee named a teammate reviewer after submitting, and the lead never saw it.
+    if new["reviewer"] != old["reviewer"] and not decides:
+        _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
+                "picks a task's reviewer", "ask them to change it")
+    if old["state"] == "review" and not decides:
+        _refuse("task-state-machine", c, f"task {tid} is in review: only its creator "
+                f"({old['creator']}) or a lead may edit it now", "wait for the review "
+                "(an approval or a request for changes), or ask them")
     _check_deps(before, c, old, new, tid)
 
 
@@ -986,7 +1029,7 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
     if move == "reap":
         if ctx.now is None:
             return   # re-validating history: whether it had expired was the hub's call
-        waiting = deps.waiting_on(deps.lookup(before), old)
+        waiting = deps.lease_waits_on(deps.lookup(before), old)
         if waiting:
             _refuse("task-lease", c, f"task {tid} waits on {', '.join(waiting)}; its lease "
                     "runs from when they complete", "leave it: it is waiting, not abandoned")

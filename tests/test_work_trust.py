@@ -1,0 +1,111 @@
+"""Work keeps moving, against members who would stop it or bend it: a task no claim
+fits, a lease held for ever, a reviewer picked by the task's own doer, a lease set at
+creation, a commit filed under another task. Each through the core and, where the
+hole was a raw push, through a real `git push` into the hook."""
+
+from gitdrop import fmt, model
+from gitdrop.core import Room
+from gitdrop.errors import Refusal
+
+import pytest
+
+from test_rules_push import attempt, task_doc
+
+
+def _room(hub, clock):
+    return Room(hub.store, "lobby", clock=lambda: clock[0])
+
+
+def test_a_task_leaves_room_in_its_file_for_a_claim(hub, team, clone):
+    """A task made just under max_file could take no claim, yet was offered first by
+    ready: fifty of them stopped every claimer. A task's file keeps 256 bytes free."""
+    limit = team.view().settings["max_file"]
+    with pytest.raises(Refusal) as e:
+        team.create_task("core/juno", "padded", body="x" * (limit - 400), priority=9)
+    assert e.value.rule == "size-limit" and "256" in e.value.reason
+    got = team.create_task("core/juno", "big but claimable", body="x" * (limit - 700),
+                           priority=9)
+    assert team.claim_next("core/spartan")["task"] == got["task"]
+    # and by a raw push, judged the same
+    c = clone("core/juno")
+    text = task_doc(60, "core/juno", title="padded by hand")
+    c.write(model.task_path(60), text + "y" * (limit - 100 - len(text))).commit("padded")
+    attempt(hub, c, "size-limit")
+    # an edit may not grow a file into the room the moves need
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/juno", got["task"], "edit", body="x" * (limit - 100))
+    assert e.value.rule == "size-limit"
+
+
+def test_a_task_stuck_on_a_cancelled_dependency_is_reaped(hub, team):
+    """An assignee pointed the task it held at a task it had cancelled and went away:
+    the reaper left it for ever ("waits on 2"). A dependency that failed or was
+    cancelled will never complete: the task is stuck, not waiting."""
+    clock = [team.clock()]
+    room = _room(hub, clock)
+    room.create_task("core/juno", "important work")                    # 1
+    room.move_task("core/spartan", "1", "claim")
+    room.create_task("core/spartan", "decoy")                          # 2
+    room.move_task("core/spartan", "2", "cancel", note="never mind")
+    room.move_task("core/spartan", "1", "edit", after=["2"])
+    clock[0] += 10 * 86400
+    assert room.lease("1")["expired"] and room.lease("1")["waiting_on"] == []
+    assert [m["task"] for m in room.reap_leases()] == ["1"]
+    assert room.task("1")["assignee"] == "" and room.task("1")["state"] == "pending"
+    # one still open holds the lease: that task waits, it is not abandoned
+    room.create_task("core/juno", "open dependency")                   # 3
+    room.create_task("core/juno", "waiter", after=["3"], assignee="core/kai")   # 4
+    clock[0] += 10 * 86400
+    assert room.lease("4")["waiting_on"] == ["3"] and not room.lease("4")["expired"]
+    with pytest.raises(Refusal) as e:
+        room.move_task("hub/reaper", "4", "reap")
+    assert e.value.rule == "task-lease"
+
+
+def test_only_the_creator_or_a_lead_picks_the_reviewer(hub, team):
+    """The assignee named a teammate reviewer after submitting, the teammate approved,
+    and the lead never saw the work; nor may the doer rewrite the task under review."""
+    t = team.create_task("core/juno", "reviewed work")["task"]
+    team.move_task("core/spartan", t, "claim")
+    team.move_task("core/spartan", t, "start")
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "edit", reviewer="core/kai")
+    assert e.value.rule == "task-state-machine" and "reviewer" in e.value.reason
+    team.move_task("core/spartan", t, "submit", note="done")
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "edit", title="what I did instead")
+    assert e.value.rule == "task-state-machine" and "in review" in e.value.reason
+    team.move_task("core/juno", t, "edit", reviewer="core/kai")   # the creator, a lead
+    assert team.task(t)["reviewer"] == "core/kai"
+
+
+def test_a_new_task_holds_no_lease(hub, team, clone):
+    """A raw task-create set lease_until to the year 9999: past max_task_lease, and
+    the reaper refused the task for ever."""
+    c = clone("core/juno")
+    c.write(model.task_path(61), task_doc(61, "core/juno", state="assigned",
+                                          assignee="core/kai", lease_until=253402300799))
+    c.commit("held until 9999")
+    attempt(hub, c, "task-lease")
+    c.pull()
+    c.write(model.task_path(61), task_doc(61, "core/juno", state="assigned",
+                                          assignee="core/kai")).commit("no lease")
+    attempt(hub, c, None)
+
+
+def test_a_task_operation_is_filed_under_its_own_task(hub, team, clone):
+    """A commit that changes task 62 but says Gitdrop-Task: 1 was filed under task 1:
+    its history, and the last act that renews task 1's lease (a silent assignee's
+    task was never reaped)."""
+    team.create_task("core/juno", "victim")          # task 1
+    c = clone("core/kai")
+    c.write(model.task_path(62), task_doc(62, "core/kai"))
+    c.commit(fmt.format_message("task 62 created by kai", "",
+                                [("op", "task-create"), ("task", "1")]))
+    err = attempt(hub, c, "format")
+    assert "Gitdrop-Task" in err
+    c.pull()
+    c.write(model.task_path(62), task_doc(62, "core/kai"))
+    c.commit(fmt.format_message("task 62 created by kai", "",
+                                [("op", "task-create"), ("task", "62")]))
+    attempt(hub, c, None)
