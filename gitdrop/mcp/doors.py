@@ -126,7 +126,7 @@ class SessionGuard:
                     if k.lower() == b"mcp-session-id":
                         self._bind(v.decode("latin-1"), binding)
             await send(message)
-        return await self.app(scope, receive, self._watched(noted, binding))
+        return await self.app(scope, receive, self._watched(noted, lambda: binding))
 
     def _bind(self, sid: str, binding: Binding) -> None:
         if len(self.owners) >= OWNERS_MAX:   # the oldest go first
@@ -148,25 +148,24 @@ class SessionGuard:
                 await self._end(scope, sid, (status, why, fix))
             return await _refuse(send, status, why, fix)
         if not bound.agent and caller.agent:   # registered on it: now bound to the token
-            bound = Binding(caller.agent, caller.token, bound.peer)
-            self.owners[sid] = bound
-        return await self.app(scope, receive, self._watched(send, bound))
+            self.owners[sid] = Binding(caller.agent, caller.token, bound.peer)
+        # The session's binding as it is when each piece goes out: a GET stream opened
+        # before the session's register carries its agent's news after it.
+        return await self.app(scope, receive, self._watched(send, lambda: self.owners.get(sid)))
 
-    def _watched(self, send, bound: Binding):
+    def _watched(self, send, binding):
         """`send` for a response to a token's holder: a stream (news on a session's
         GET stream, a subscriptions/listen stream) ends, what it was about to send
         unsent, once that token is no longer valid (rotated or revoked). Checked as
-        each piece goes out: one stat of the token file while it is unchanged."""
-        if not bound.agent:
-            return send
+        each piece goes out (binding() says whose it is then): one stat of the token
+        file while it is unchanged."""
         ended = False
 
         async def watched(message):
             nonlocal ended
             if ended:
                 return
-            if message["type"] == "http.response.body" and \
-                    self.box.verifier.holder(bound.token) != bound.agent:
+            if message["type"] == "http.response.body" and _void(binding(), self.box.verifier):
                 ended = True
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
@@ -191,6 +190,11 @@ class SessionGuard:
             pass
         await self.app(ending, nothing, dropped)
         self.forget(sid)
+
+
+def _void(bound: Binding | None, verifier) -> bool:
+    """Whether a session's or stream's token is no longer valid."""
+    return bound is not None and bool(bound.agent) and verifier.holder(bound.token) != bound.agent
 
 
 def _refusal(bound: Binding, caller):

@@ -464,12 +464,11 @@ class Push:
         stdio): each keeps its session, about 17 KB, and a client opening and closing
         sessions in a loop grew the server without bound. Once per session."""
         connection = getattr(ctx.session, "_connection", None)
-        key = _session_key(ctx)
-        if connection is None or connection.state.get(_FOLLOWED) or (
-                key == "stdio" and self.box.transport == "http"):   # no session (2026-07-28)
+        if connection is None or connection.state.get(_FOLLOWED) or \
+                connection.protocol_version in MODERN_PROTOCOL_VERSIONS:   # one request's
             return
         connection.state[_FOLLOWED] = True
-        connection.exit_stack.callback(self.end, key)
+        connection.exit_stack.callback(self.end, _session_key(ctx))
 
     def end(self, key: str) -> None:
         self.legacy.pop(key, None)

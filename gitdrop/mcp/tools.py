@@ -36,11 +36,13 @@ class Caller:
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gitdrop_caller", default=Caller())
 
 MAX_INBOX = 100  # check_inbox never returns more than this at once
-# Nor more than this many bytes of messages, as JSON writes them (escapes and all): an
-# answer carries each message twice (structured content, and the text copy, where the
-# JSON is escaped once more), about three times this on the wire, under the 1 MiB
-# SSE event the SDK's HTTP client accepts. At least one message is always returned.
-MAX_INBOX_BYTES = 256 * 1024
+# Nor more than this many bytes of records (messages, tasks, agents, contracts, notes) in
+# one answer, as JSON writes them (escapes and all): an answer carries each twice
+# (structured content, and the text copy, where the JSON is escaped once more), about
+# three times this on the wire, under the 1 MiB SSE event the SDK's HTTP client accepts.
+# At least one record is always returned; a page that stops short says so in `more`.
+MAX_PAGE_BYTES = 256 * 1024
+MAX_INBOX_BYTES = MAX_PAGE_BYTES   # check_inbox's, the same
 
 # New agents one address may register over HTTP without a token: a burst of
 # JOIN_BURST, then one every JOIN_EVERY seconds. Without it, a loop reaching the
@@ -391,16 +393,45 @@ def _message(ev: dict) -> Message:
             **({"person": True} if ev.get("person") else {})}
 
 
+def _size(record) -> int:
+    return len(json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _fit(records) -> int:
+    """How many of `records`, from the first, one answer carries: they add up to at
+    most MAX_PAGE_BYTES as JSON (at least one)."""
+    count = total = 0
+    for r in records:
+        total += _size(r)
+        if count and total > MAX_PAGE_BYTES:
+            break
+        count += 1
+    return count
+
+
 def _fitting(evs: list[dict]) -> int:
-    """How many of `evs`, from the first, one answer carries: their messages add up
-    to at most MAX_INBOX_BYTES as JSON (at least one)."""
-    total = 0
-    for i, e in enumerate(evs):
-        text = json.dumps(_message(e), ensure_ascii=False)
-        total += len(text.encode("utf-8", "surrogatepass"))
-        if i and total > MAX_INBOX_BYTES:
-            return i
-    return len(evs)
+    """How many of `evs`, from the first, one answer carries, as messages."""
+    return _fit(_message(e) for e in evs)
+
+
+def _page(records: list, more: int) -> tuple[list, int]:
+    """A page of `records` cut to what one answer carries, and `more` counting the
+    ones cut: the next page starts at offset + len(page), none skipped or repeated."""
+    n = _fit(records)
+    return records[:n], more + len(records) - n
+
+
+def _left_out(records: list[dict], field: str, fix: str) -> list[dict]:
+    """`records` with `field` (the bulk) replaced, past what one answer carries, by
+    a note saying so and how to read it: fix(record) names the call."""
+    total, out = 0, []
+    for r in records:
+        if out and total + _size(r) > MAX_PAGE_BYTES:
+            r = dict(r, **{field: f"[left out: one answer holds {MAX_PAGE_BYTES >> 10} KB; "
+                           f"{fix(r)}]"})
+        total += _size(r)
+        out.append(r)
+    return out
 
 
 def _sent(r: dict) -> Sent:
@@ -615,8 +646,9 @@ class ToolBox:
         offset: skip N
         """
         r = self.room.who_page(max(0, _as_int(offset or 0, "offset")), PAGE)
-        return {"agents": [{k: a[k] for k in AgentInfo.__annotations__} for a in r["agents"]],
-                "more": r["more"]}
+        agents, more = _page([{k: a[k] for k in AgentInfo.__annotations__}
+                              for a in r["agents"]], r["more"])   # status lines can be long
+        return {"agents": agents, "more": more}
 
     def set_status(self, status: str, agent_name: str = "") -> Done:
         """Set your status line (shown by who).
@@ -787,7 +819,8 @@ class ToolBox:
             r = self.room.task_page(status, assigned_to, tag=tag, project=project,
                                     offset=offset, limit=PAGE)
             page, more = r["tasks"], r["more"]
-        return {"tasks": [_task(self.room.task(t["id"])) for t in page], "more": more}
+        tasks, more = _page([_task(self.room.task(t["id"])) for t in page], more)
+        return {"tasks": tasks, "more": more}   # descriptions run to 64 KB each
 
     def submit_for_review(self, task_id: str | int, summary: str, agent_name: str = "",
                           files_changed: str | list[str] = "",
@@ -880,7 +913,10 @@ class ToolBox:
         owner: filter
         type: filter
         """
-        return {"contracts": [_contract(c) for c in self.room.contracts(project, owner, type)]}
+        contracts = [_contract(c) for c in self.room.contracts(project, owner, type)]
+        return {"contracts": _left_out(contracts, "spec", lambda c: (
+            f"list_contracts with owner={c['owner']!r} and type={c['type']!r} (and "
+            "project) lists fewer"))}
 
     def share_context(self, key: str, value: str, agent_name: str = "") -> ContextSet:
         """Set a room-wide note.
@@ -896,7 +932,9 @@ class ToolBox:
 
         key: one (default: all)
         """
-        return {"context": self.room.context(key)}
+        notes = [{"key": k, "value": v} for k, v in self.room.context(key).items()]
+        return {"context": {n["key"]: n["value"] for n in _left_out(notes, "value", lambda n: (
+            f"get_shared_context with key={n['key']!r} reads it"))}}
 
     # --- path leases on the work repository ---------------------------------------------
     def path_lease(self, action: str = "list", glob: str = "", shared: bool = False,
@@ -1043,8 +1081,9 @@ class ToolBox:
 
     def room_resource(self) -> str:
         self.authorize("")
+        agents = self.room.who_page(0, PAGE)["agents"]
         return _json({"status": self.hub.room_status(self.room_name, 0, PAGE),
-                      "agents": self.room.who_page(0, PAGE)["agents"]})
+                      "agents": agents[:_fit(agents)]})
 
 
 def _json(data) -> str:
