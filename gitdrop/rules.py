@@ -649,6 +649,13 @@ def _check_task_create(before, c, changes, ctx, op):
     ch = _only(c, changes, "task")
     if ch.old is not None:
         _refuse("one-operation", c, f"task {ch.key} already exists", "pick a new id")
+    # In another bucket, a twin is not seen by path; numbers (the ids gitdrop picks)
+    # have no case, and listing a big room's tasks costs.
+    twin = model.case_twin(ch.key, before.task_ids()) if ch.key.lower() != ch.key.upper() \
+        else ""
+    if twin:
+        _refuse("format", c, f"task {ch.key} differs from task {twin}, already here, only in "
+                "case", "pick an id that differs in more than case (gitdrop picks numbers)")
     _check_task_room(before, c, ch)
     t, body = _doc(c, ch, "new")
     if str(t["id"]) != ch.key:
@@ -1083,6 +1090,9 @@ def _check_handshake_start(before, c, changes, ctx, op):
 
 def _check_handshake_ack(before, c, changes, ctx, op):
     ch = _only(c, changes, "handshake")
+    if ch.old is None or ch.new is None:   # a deletion was an AttributeError: no rule said
+        _refuse("one-operation", c, f"an ack changes handshake {ch.key}'s file; it neither "
+                "makes nor removes it", "ack with gitdrop handshake ack ID")
     (old, old_plan), (new, new_plan) = _doc(c, ch, "old"), _doc(c, ch, "new")
     hid = ch.key
     if c.author not in old["targets"]:
@@ -1101,6 +1111,9 @@ def _check_handshake_ack(before, c, changes, ctx, op):
 
 def _check_contract(before, c, changes, ctx, op):
     ch = _only(c, changes, "contract")
+    if ch.new is None:   # a deletion was an AttributeError: no rule said
+        _refuse("one-operation", c, f"contract {ch.key} is declared or bumped, never removed",
+                "declare a new version instead (gitdrop contract declare NAME)")
     new, spec = _doc(c, ch, "new")
     if new["name"] != ch.key:
         _refuse("format", c, f"name must be {ch.key!r}", f"set name = \"{ch.key}\" (the "

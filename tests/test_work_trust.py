@@ -109,3 +109,27 @@ def test_a_task_operation_is_filed_under_its_own_task(hub, team, clone):
     c.commit(fmt.format_message("task 62 created by kai", "",
                                 [("op", "task-create"), ("task", "62")]))
     attempt(hub, c, None)
+
+
+def test_task_ids_that_differ_in_case_alone_are_refused(hub, team, clone):
+    """Job-A and job-a land in different buckets (a bucket is a hash of the exact id),
+    so the file-name check never saw them side by side."""
+    c = clone("core/juno")
+    c.write(model.task_path("Job-A"), task_doc("Job-A", "core/juno")).commit("Job-A")
+    attempt(hub, c, None)
+    c.write(model.task_path("job-a"), task_doc("job-a", "core/juno")).commit("job-a")
+    err = attempt(hub, c, "format")
+    assert "only in case" in err
+
+
+@pytest.mark.parametrize("path, op", [("handshakes/1.md", "handshake-ack"),
+                                      ("contracts/api.md", "contract-declare")])
+def test_deleting_a_handshake_or_a_contract_is_refused_by_a_rule(hub, team, clone, path, op):
+    """The rules met a deletion with an AttributeError: the push was refused, but
+    with no rule and no fix."""
+    team.start_handshake("core/juno", "the plan")
+    team.declare_contract("core/juno", "api", "GET /x")
+    c = clone("core/juno")
+    c.delete(path).commit(fmt.format_message(f"remove {path}", "", [("op", op)]))
+    err = attempt(hub, c, "one-operation")
+    assert "AttributeError" not in err
