@@ -711,7 +711,8 @@ def _check_deps(before, c, old, new, tid):
     if len(new["requires"]) > s["max_tags"]:
         _refuse("size-limit", c, f"{len(new['requires'])} required capabilities; the room "
                 f"allows {s['max_tags']}", f"require at most {s['max_tags']} capabilities")
-    why = deps.problem(deps.lookup(before), tid, new["after"], new["requires"])
+    why = deps.problem(deps.lookup(before), tid, new["after"], new["requires"],
+                       new=old is None)
     if why:
         _refuse("task-dependency", c, why, "list only existing tasks in after, with no "
                 "cycle (gitdrop task graph shows the graph)")

@@ -133,3 +133,25 @@ def test_deleting_a_handshake_or_a_contract_is_refused_by_a_rule(hub, team, clon
     c.delete(path).commit(fmt.format_message(f"remove {path}", "", [("op", op)]))
     err = attempt(hub, c, "one-operation")
     assert "AttributeError" not in err
+
+
+def test_a_new_task_at_the_end_of_a_long_chain_is_checked_without_walking_it():
+    """A new task can close no cycle (nothing waits on it yet): checking one at the
+    end of a chain of 2,000 walked and parsed the whole chain, a second a task, and
+    a push of a chain took hours of the hub's time."""
+    from gitdrop import deps
+    chain = {str(i): {"after": [str(i - 1)] if i else [], "state": "pending"}
+             for i in range(2000)}
+    asked = []
+
+    def lookup(tid):
+        asked.append(tid)
+        return chain.get(tid)
+    assert deps.problem(lookup, "2000", ["1999"], [], new=True) == ""
+    assert asked == ["1999"]   # its dependency exists: nothing more to read
+    # an edit may close one, and is walked once, each task read once
+    asked.clear()
+    chain["0"]["after"] = []
+    why = deps.problem(lookup, "0", ["1999"], [])
+    assert why.startswith("the dependencies would make a cycle: 0 → 1999 → 1998")
+    assert len(asked) <= 2001 and len(set(asked)) == len(asked) - 1
