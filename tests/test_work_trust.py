@@ -155,3 +155,44 @@ def test_a_new_task_at_the_end_of_a_long_chain_is_checked_without_walking_it():
     why = deps.problem(lookup, "0", ["1999"], [])
     assert why.startswith("the dependencies would make a cycle: 0 → 1999 → 1998")
     assert len(asked) <= 2001 and len(set(asked)) == len(asked) - 1
+
+
+def test_a_killed_workers_program_is_ended_before_its_task_runs_again(hub, team, tmp_path):
+    """`gitdrop work` runs its program in a session of its own (so that a stop ends
+    what it started): a worker killed with -9 left it running, and the restarted
+    worker gave the task back and ran it again beside it."""
+    import os
+    import signal
+    import subprocess
+    import time
+    from cli_helpers import ENTRY
+    team.create_task("core/juno", "long job", review=False)
+    prog = (f"if [ -e {tmp_path}/first ]; then echo second run; else touch {tmp_path}/first; "
+            f"echo $$ > {tmp_path}/pid; exec sleep 60; fi")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITDROP")}
+    env.update(HOME=str(tmp_path), GITDROP_HUB=hub.path, GITDROP_ROOM="lobby",
+               GITDROP_AGENT="core/spartan")
+    w = subprocess.Popen([*ENTRY, "work", "--once", "--", "sh", "-c", prog], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text().strip():
+        assert time.monotonic() < deadline and w.poll() is None
+        time.sleep(0.05)
+    orphan = int((tmp_path / "pid").read_text())
+    try:
+        os.kill(w.pid, signal.SIGKILL)
+        w.wait()
+        assert os.path.exists(f"/proc/{orphan}")   # out of the kill's reach
+        again = subprocess.run([*ENTRY, "work", "--once", "--backoff", "0", "--", "sh", "-c",
+                                prog], env=env, capture_output=True, text=True, timeout=120)
+        assert "ended the program a killed worker left running" in again.stderr, again.stderr
+        assert not os.path.exists(f"/proc/{orphan}") or \
+            open(f"/proc/{orphan}/stat").read().split(")")[1].split()[0] == "Z"
+        assert team.task("1")["state"] == "completed", again.stderr
+        assert "second run" in \
+            str(team.task("1")), team.task("1")
+    finally:
+        try:
+            os.killpg(orphan, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

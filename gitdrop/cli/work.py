@@ -33,11 +33,45 @@ def _env_text(text: str) -> str:
                              "task is the JSON on stdin]")
 
 
+def _running_path(hub: str, room: str, agent: str) -> str:
+    import hashlib
+    key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser("~"), ".gitdrop", "work", key + ".running")
+
+
+def end_orphan(path: str) -> int:
+    """The program a worker of this agent left running when it was killed (-9, the
+    OOM killer): it runs in a session of its own, out of the kill's reach, and the
+    next worker gave its task back and ran it again beside it. Ended (its whole
+    process group) before this worker takes work; returns its pid, or 0."""
+    from ..combine import _start_time
+    try:
+        with open(path) as f:
+            pid, start = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return 0
+    alive = start > 0 and _start_time(pid) == start   # not a later process with its number
+    if alive:
+        _end_pgid(pid)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return pid if alive else 0
+
+
 def shell_handler(argv: list[str], hub: str, room: str, agent: str):
     """Run `argv` per task: the task as JSON on stdin and in GITDROP_TASK_* variables;
     exit 0 hands in its stdout as the result, any other exit fails the attempt with
     the tail of its stderr."""
+    from ..combine import _start_time
+    from ..files import write_whole
     from ..worker import Failed
+    running = _running_path(hub, room, agent)
+    ended = end_orphan(running)
+    if ended:
+        print(f"gitdrop work: ended the program a killed worker left running (pid {ended})",
+              file=sys.stderr)
 
     def handler(task: dict, ctx) -> str:
         env = dict(os.environ, GITDROP_HUB=hub, GITDROP_ROOM=room, GITDROP_AGENT=agent,
@@ -56,10 +90,20 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
         except OSError as e:
             raise Failed(f"cannot run {argv[0]}: {e}") from None
         try:
+            os.makedirs(os.path.dirname(running), mode=0o700, exist_ok=True)
+            write_whole(running, f"{p.pid} {_start_time(p.pid)}\n".encode(), 0o600)
+        except OSError:
+            pass   # not kept: a kill -9 of this worker would leave the program running
+        try:
             out, err = p.communicate(json.dumps(task, default=str))
         except BaseException:   # stopped (SIGTERM, SIGINT): the task goes back to others
             _end_group(p)
             raise
+        finally:
+            try:
+                os.unlink(running)
+            except FileNotFoundError:
+                pass
         if p.returncode != 0:
             tail = err.strip()[-STDERR_TAIL:]
             raise Failed(f"{argv[0]} exited {p.returncode}" + (f":\n{tail}" if tail else ""))
@@ -73,19 +117,23 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
 def _end_group(p: subprocess.Popen) -> None:
     """End the program and every process it started (its process group): SIGTERM,
     then SIGKILL for what is left after STOP_GRACE."""
+    _end_pgid(p.pid, p.poll)
+    p.wait()
+
+
+def _end_pgid(pgid: int, reap=lambda: None) -> None:
     try:
-        os.killpg(p.pid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE
         while True:
-            p.poll()   # the program, once ended, leaves the group only when reaped
-            os.killpg(p.pid, 0)   # ProcessLookupError once none is left
+            reap()   # the program, once ended, leaves the group only when reaped
+            os.killpg(pgid, 0)   # ProcessLookupError once none is left
             if time.monotonic() >= end:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
                 break
             time.sleep(0.05)
     except ProcessLookupError:
         pass
-    p.wait()
 
 
 @command(app, "work", context_settings={"allow_interspersed_args": False})
