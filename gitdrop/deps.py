@@ -151,6 +151,10 @@ def graph(tasks, headers, root: str = "") -> dict:
                 continue
             keep.add(cur)
             todo.extend(tasks(cur).get("after", ()))
+        waiting = {}   # task -> the tasks that wait on it, built once (a scan per task
+        for t in headers:   # was quadratic in a wide graph)
+            for d in t.get("after", ()):
+                waiting.setdefault(d, []).append(str(t["id"]))
         todo = [root]
         down = set()
         while todo:   # downstream
@@ -158,7 +162,7 @@ def graph(tasks, headers, root: str = "") -> dict:
             if cur in down:
                 continue
             down.add(cur)
-            todo.extend(str(t["id"]) for t in dependents(headers, cur))
+            todo.extend(waiting.get(cur, ()))
         keep |= down
         headers = [t for t in headers if str(t["id"]) in keep]
     headers.sort(key=lambda t: _num(t["id"]))
@@ -180,11 +184,14 @@ def graph_text(g: dict) -> str:
     for tid, dep in g["edges"]:
         if dep in byid:
             kids.setdefault(dep, []).append(tid)
-    roots = [n["id"] for n in g["nodes"]
-             if not any(dep in byid for t, dep in g["edges"] if t == n["id"])]
+    waits = {t for t, dep in g["edges"] if dep in byid}
+    roots = [n["id"] for n in g["nodes"] if n["id"] not in waits]
     lines, shown = [], set()
-
-    def line(tid, depth):
+    # A stack, not recursion: a chain deeper than Python's recursion limit (about
+    # 1,000 tasks) ended the command in a RecursionError.
+    todo = [(r, 0) for r in reversed(roots)]
+    while todo:
+        tid, depth = todo.pop()
         n = byid[tid]
         mark = " ^" if tid in shown else ""
         extra = f" (blocked: {n['blocked_by']})" if n["blocked_by"] else \
@@ -193,10 +200,7 @@ def graph_text(g: dict) -> str:
         lines.append(f"{'  ' * depth}#{tid} [{n['state']}]{who} {n['title']}{extra}{mark}")
         if not mark:
             shown.add(tid)
-            for k in kids.get(tid, ()):
-                line(k, depth + 1)
-    for r in roots:
-        line(r, 0)
+            todo.extend((k, depth + 1) for k in reversed(kids.get(tid, ())))
     return "\n".join(lines)
 
 

@@ -196,3 +196,18 @@ def test_a_killed_workers_program_is_ended_before_its_task_runs_again(hub, team,
             os.killpg(orphan, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_the_graph_of_a_chain_deeper_than_the_recursion_limit_is_drawn():
+    """graph_text recursed once per level: a chain of about 1,000 tasks ended
+    `gitdrop task graph` in a RecursionError."""
+    from gitdrop import deps
+    n = 3000
+    headers = [{"id": str(i), "title": f"t{i}", "state": "pending", "assignee": "",
+                "after": [str(i - 1)] if i else []} for i in range(n)]
+    byid = {t["id"]: t for t in headers}
+    g = deps.graph(byid.get, headers, root="1500")
+    assert len(g["nodes"]) == n   # all of it is connected to the middle
+    text = deps.graph_text(g).splitlines()
+    assert len(text) == n and text[0].startswith("#0 ") and text[-1].startswith(
+        "  " * (n - 1) + f"#{n - 1} ")
