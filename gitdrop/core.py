@@ -13,7 +13,6 @@ from .errors import Ambiguous, Conflict, GitdropError, NotFound, Refusal, UsageE
 from .view import RoomView, first_parent_walk, render_file
 
 HEALTH = ((120, "healthy"), (600, "stale"))
-IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
 _ALIVE_UNTIL: dict = {}    # (hub, room, agent) -> until when it is known alive (_dead_hints)
 LEASE_TTL = 1800           # seconds a path lease runs unless told (gitdrop lease take --ttl)
 
@@ -274,21 +273,13 @@ class Room:
     def _replayed(self, agent: str, key, tip: str):
         """The result of the operation this key already made, or None; refuses a key
         that was used for another operation or another payload."""
-        for n, c in enumerate(first_parent_walk(self.store.reader, tip)):
-            if n >= IDEMPOTENCY_WINDOW:
-                break
-            if c.author == agent and fmt.trailer(c.trailers, "id") == key:
-                digest = fmt.trailer(c.trailers, "digest")
-                if c.op == getattr(key, "op", c.op) and digest == getattr(key, "digest", digest):
-                    return self._result_of(c)
-                raise Refusal("idempotency-key", f"the key {str(key)!r} was used by "
-                              f"{c.oid[:12]} (\"{c.subject[:60]}\") for "
-                              + ("another operation" if c.op != key.op else
-                                 "the same operation with other arguments"),
-                              "use a new key for a new operation (a key names one "
-                              "operation with one payload; the same call replays)",
-                              commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
-        return None
+        c = rules.keyed_before(self.store.reader, tip, agent, key)
+        if c is None:
+            return None
+        op, digest = getattr(key, "op", c.op), getattr(key, "digest", "")
+        if rules.same_keyed(c, op, digest or fmt.trailer(c.trailers, "digest")):
+            return self._result_of(c)
+        raise rules.key_reused(c, str(key), op)
 
     def _result_of(self, c) -> dict:
         """What the operation a commit made returned, rebuilt from the commit (for a

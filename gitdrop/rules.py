@@ -176,8 +176,73 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if op != "register" and not op.startswith("room-") and \
             not (op == "task-reap" and model.is_hub_identity(c.author)):  # room ops check their own
         _registered(before, c, op)
+    _check_key(c, op, ctx)
     fn(before, c, changes, ctx, op)
     return op
+
+
+# --- idempotency keys ---------------------------------------------------------
+
+IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
+
+
+def keyed_before(reader, tip: str, author: str, key: str):
+    """The commit by `author` with idempotency key `key` among the last
+    IDEMPOTENCY_WINDOW commits up to `tip`, or None. Asked twice for a keyed write
+    (its writer, to answer a retry from the first commit; then the rules): kept."""
+    memo = getattr(reader, "_keyed", None)
+    if memo is None:
+        memo = {}
+        try:
+            reader._keyed = memo
+        except AttributeError:
+            pass
+    k = (tip, author, str(key))
+    if k not in memo:
+        found = None
+        for n, h in enumerate(first_parent_walk(reader, tip)):
+            if n >= IDEMPOTENCY_WINDOW:
+                break
+            if h.author == author and fmt.trailer(h.trailers, "id") == key:
+                found = h
+                break
+        if len(memo) >= 256:
+            memo.clear()
+        memo[k] = found
+    return memo[k]
+
+
+def same_keyed(earlier, op: str, digest: str) -> bool:
+    """Is `earlier` the operation (op and payload digest) a key names again?"""
+    return earlier.op == op and fmt.trailer(earlier.trailers, "digest") == digest
+
+
+def key_reused(earlier, key: str, op: str) -> Refusal:
+    return Refusal("idempotency-key", f"the key {key!r} was used by {earlier.oid[:12]} "
+                   f"(\"{earlier.subject[:60]}\") for "
+                   + ("another operation" if earlier.op != op else
+                      "the same operation with other arguments"),
+                   "use a new key for a new operation (a key names one operation with one "
+                   "payload; the same call replays)",
+                   commit=f"{earlier.oid[:12]} \"{earlier.subject[:60]}\"")
+
+
+def _check_key(c, op: str, ctx) -> None:
+    """A key its author used before, within the window, is refused: for another
+    operation, as gitdrop's writers refuse it; for the same one, since an operation
+    is applied once (they answer such a retry from the first commit, writing none).
+    A raw push was never asked."""
+    key = fmt.trailer(c.trailers, "id")
+    if not key or not c.parents:
+        return
+    earlier = keyed_before(ctx.reader, c.parents[0], c.author, key)
+    if earlier is None:
+        return
+    if same_keyed(earlier, op, fmt.trailer(c.trailers, "digest")):
+        _refuse("idempotency-key", c, f"the key {key!r} was used by {earlier.oid[:12]} "
+                "for this same operation: it is applied once", "nothing to do: it is in the "
+                "room (gitdrop log shows it); use a new key for a new operation")
+    raise key_reused(earlier, key, op)
 
 
 def _check_paths(before, c, changes):

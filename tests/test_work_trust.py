@@ -211,3 +211,19 @@ def test_the_graph_of_a_chain_deeper_than_the_recursion_limit_is_drawn():
     text = deps.graph_text(g).splitlines()
     assert len(text) == n and text[0].startswith("#0 ") and text[-1].startswith(
         "  " * (n - 1) + f"#{n - 1} ")
+
+
+def test_a_pushed_idempotency_key_is_judged_like_a_written_one(hub, team, clone):
+    """The rules never read Gitdrop-Id: a raw push could reuse an agent's key for
+    another operation, and the agent's own retry was then refused."""
+    team.create_task("core/spartan", "deploy", key="deploy-42")
+    c = clone("core/spartan")
+    c.commit(fmt.format_message("spartan → juno: hi", "hi", [("op", "send"), ("to", "core/juno"),
+                                                           ("id", "deploy-42")]),
+             allow_empty=True)
+    err = attempt(hub, c, "idempotency-key")
+    assert "another operation" in err
+    # the agent's own retry still answers from the first commit
+    again = team.create_task("core/spartan", "deploy", key="deploy-42")
+    assert again["replayed"] and again["task"] == "1"
+    assert [t["id"] for t in team.list_tasks()] == ["1"]
