@@ -76,7 +76,9 @@ def matches(glob: str, path: str) -> bool:
     The glob is run as a set of positions over the path, one character at a time
     (time: path length × glob length). A backtracking regex took seconds on a
     lease like '**a**a**a**a**a**a**a**a**a**a**b', and every teammate's commit
-    check (the guard) hung on it."""
+    check (the guard) hung on it. Compared as a checkout on macOS or Windows would
+    see them (model.path_fold): a lease on src/api covers src/API."""
+    glob, path = model.path_fold(glob), model.path_fold(path)
     toks = _tokens(glob)
     end = len(toks)
 

@@ -351,6 +351,14 @@ def glob_prefix(glob: str) -> str:
     return glob
 
 
+def path_fold(s: str) -> str:
+    """A path as a case-insensitive, normalizing file system sees it (macOS, Windows):
+    src/API and src/api, or café in its two Unicode forms, are one file there, so
+    leases and the guard compare these forms (two agents held each its twin alone)."""
+    import unicodedata
+    return unicodedata.normalize("NFC", s).casefold()
+
+
 def globs_overlap(a: str, b: str) -> bool:
     """Could some path be covered by both globs? Conservative: never says no when
     the answer is yes. A glob without wildcards covers that path and everything
@@ -358,6 +366,7 @@ def globs_overlap(a: str, b: str) -> bool:
     of it. Otherwise they overlap when the literal start (up to the first '*',
     '?' or '[') of one is a prefix of the other's: a path matching both starts
     with both. ('src/*.py' and 'src/x.js' are thus said to overlap.)"""
+    a, b = path_fold(a), path_fold(b)
     pa, pb = glob_prefix(a), glob_prefix(b)
     if pa == a and pb == b:
         return a == b or b.startswith(a + "/") or a.startswith(b + "/")

@@ -227,3 +227,19 @@ def test_a_pushed_idempotency_key_is_judged_like_a_written_one(hub, team, clone)
     again = team.create_task("core/spartan", "deploy", key="deploy-42")
     assert again["replayed"] and again["task"] == "1"
     assert [t["id"] for t in team.list_tasks()] == ["1"]
+
+
+@pytest.mark.parametrize("mine, theirs", [("src/API/**", "src/api/**"),
+                                          ("README.md", "readme.md"),
+                                          ("docs/caf\u00e9.md", "docs/cafe\u0301.md")])
+def test_path_leases_that_name_one_file_on_macos_or_windows_conflict(hub, team, mine, theirs):
+    """Exclusive leases on src/API and src/api (or a name in its two Unicode forms)
+    went to two agents, and the guard let each edit the other's: on a checkout that
+    folds case or normalizes names, the two are one file."""
+    from gitdrop import guard
+    team.take_lease("core/spartan", mine)
+    with pytest.raises(Refusal) as e:
+        team.take_lease("core/kai", theirs)
+    assert e.value.rule == "lease-conflict"
+    path = theirs.replace("**", "x.py")
+    assert guard.matches(mine, path)
