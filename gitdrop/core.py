@@ -865,10 +865,13 @@ class Room:
         """Reap every task whose lease has expired (by the clock); the rules judge
         each again. Returns the moves made."""
         from .errors import GitdropError
-        view, out = self.view(), []
+        view, out, now = self.view(), [], self.clock()
         for t in self._headers(view):
             tid = str(t["id"])
-            if t["state"] in machine.MOVES["reap"][0] and self.lease(tid, view)["expired"]:
+            # A lease_until still ahead holds whatever the history says: no walk (a
+            # walk per held task, each round of every worker, cost seconds in a busy room).
+            if t["state"] in machine.MOVES["reap"][0] and t["lease_until"] <= now and \
+                    self.lease(tid, view)["expired"]:
                 try:
                     out.append(self.move_task(agent, tid, "reap"))
                 except GitdropError:   # renewed or moved meanwhile: judged again next round

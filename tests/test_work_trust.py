@@ -243,3 +243,18 @@ def test_path_leases_that_name_one_file_on_macos_or_windows_conflict(hub, team, 
     assert e.value.rule == "lease-conflict"
     path = theirs.replace("**", "x.py")
     assert guard.matches(mine, path)
+
+
+def test_the_reaper_walks_no_history_for_a_lease_still_ahead(hub, team, monkeypatch):
+    """Each reap round (of every idle worker) walked the room's history once per held
+    task, even for a lease hours from its end: seconds a round in a busy room."""
+    from gitdrop import rules
+    for i in range(20):
+        tid = team.create_task("core/juno", f"job {i}")["task"]
+        team.move_task("core/spartan", tid, "claim")
+        team.move_task("core/spartan", tid, "start")   # a start sets lease_until ahead
+    assert all(t["lease_until"] > team.clock() for t in team.list_tasks(state="in_progress"))
+    walks = []
+    real = rules.lease_expiry
+    monkeypatch.setattr(rules, "lease_expiry", lambda *a, **k: walks.append(1) or real(*a, **k))
+    assert team.reap_leases() == [] and walks == []
