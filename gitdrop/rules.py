@@ -1035,6 +1035,9 @@ def _move_edit(before, c, old, new, tid):
     if new["reviewer"] != old["reviewer"] and not decides:
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "picks a task's reviewer", "ask them to change it")
+    if new["max_retries"] != old["max_retries"] and not decides:   # its failures never
+        _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
+                "sets how often a task may be retried", "ask them to change it")   # counted
     if old["state"] == "review" and not decides:
         _refuse("task-state-machine", c, f"task {tid} is in review: only its creator "
                 f"({old['creator']}) or a lead may edit it now", "wait for the review "
@@ -1147,6 +1150,9 @@ def _check_handshake_start(before, c, changes, ctx, op):
     if not h["targets"] or len(set(h["targets"])) != len(h["targets"]):
         _refuse("format", c, "targets must be a non-empty list without repeats",
                 "name each agent that must ack once (team/name)")
+    if c.author in h["targets"]:   # it agreed by starting it: acking it alone was a GO
+        _refuse("handshake-ack-once", c, "the initiator is not a target of its own handshake",
+                "name the agents that must agree, not yourself")
     for t in h["targets"]:
         _known_agent(before, c, t)
     if h["acks"] or h["status"] != "pending":

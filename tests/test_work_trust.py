@@ -258,3 +258,23 @@ def test_the_reaper_walks_no_history_for_a_lease_still_ahead(hub, team, monkeypa
     real = rules.lease_expiry
     monkeypatch.setattr(rules, "lease_expiry", lambda *a, **k: walks.append(1) or real(*a, **k))
     assert team.reap_leases() == [] and walks == []
+
+
+def test_the_doer_sets_no_retries_and_an_initiator_is_not_its_own_target(hub, team, clone):
+    """The assignee raised max_retries to a million, so its failures and reaps never
+    failed the task; a raw handshake listed its initiator as its only target, who
+    acked it alone to GO."""
+    t = team.create_task("core/juno", "work")["task"]
+    team.move_task("core/spartan", t, "claim")
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "edit", max_retries=1000000)
+    assert e.value.rule == "task-state-machine" and "retried" in e.value.reason
+    team.move_task("core/juno", t, "edit", max_retries=5)
+    c = clone("core/juno")
+    from gitdrop.view import render_file
+    doc = render_file("handshake", model.with_defaults("handshake", {
+        "id": 7, "initiator": "core/juno", "targets": ["core/juno"],
+        "created": team.clock()}), "the plan")
+    c.write(model.handshake_path(7), doc).commit(fmt.format_message(
+        "handshake 7", "", [("op", "handshake-start"), ("handshake", "7")]))
+    attempt(hub, c, "handshake-ack-once")
