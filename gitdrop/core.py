@@ -769,7 +769,10 @@ class Room:
                                "list tasks with gitdrop task list")
             old, body = doc
             now = self.clock()
-            new = dict(old, updated=now, note=note or "")
+            # An approval without words keeps what the doer handed in: the note is the
+            # result a dependent task's worker reads as its input (it came through empty).
+            kept = old["note"] if move == "approve" else ""
+            new = dict(old, updated=now, note=note or kept)
             s = view.settings
             frm_state = old["state"]
             # An illegal move is still built as asked, so that the rules judge and word it.

@@ -278,3 +278,19 @@ def test_the_doer_sets_no_retries_and_an_initiator_is_not_its_own_target(hub, te
     c.write(model.handshake_path(7), doc).commit(fmt.format_message(
         "handshake 7", "", [("op", "handshake-start"), ("handshake", "7")]))
     attempt(hub, c, "handshake-ack-once")
+
+
+def test_an_approval_without_words_keeps_the_result_a_pipeline_reads(hub, team):
+    """A worker hands its result in as the submit note; the approval overwrote it with
+    its own (empty) note, and the worker of the task waiting on it got no input."""
+    from gitdrop.worker import Worker
+    first = team.create_task("core/juno", "find", reviewer="core/juno")["task"]
+    team.create_task("core/juno", "use it", after=[first], review=False)
+    team.move_task("core/spartan", first, "claim")
+    team.move_task("core/spartan", first, "start")
+    team.move_task("core/spartan", first, "submit", note="RESULT=42")
+    team.move_task("core/juno", first, "approve")
+    assert team.task(first)["note"] == "RESULT=42"
+    seen = []
+    Worker(hub, "lobby", "core/kai", lambda task, ctx: seen.append(task["inputs"]) or "ok").run_once()
+    assert seen == [{first: "RESULT=42"}]
