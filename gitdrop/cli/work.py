@@ -35,7 +35,7 @@ def _env_text(text: str) -> str:
 
 def _running_path(hub: str, room: str, agent: str) -> str:
     import hashlib
-    key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode()).hexdigest()[:16]
+    key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return os.path.join(os.path.expanduser("~"), ".gitdrop", "work", key + ".running")
 
 
