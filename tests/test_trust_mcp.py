@@ -97,19 +97,20 @@ async def test_http_registration_is_closed_or_limited(hub):
     with http_server(hub.path) as url:
         async with http_agent(url, "anon", "auto") as anon:
             # the bucket refills one a second while the loop runs: count until refused
+            # (the refusal's trace is looked for around the refused call itself: the
+            # next call may come after the bucket's refill, and be let in)
             start, joined, why = time.monotonic(), 0, ""
             while not why and joined < 3 * JOIN_BURST:
+                before = tips(hub)
                 r = await anon.call("register", agent_name=f"bot{joined}", team="swarm")
                 if r.is_error:
                     why = r.content[0].text
+                    assert tips(hub) == before
                 else:
                     joined += 1
             took = time.monotonic() - start
             assert "rule token:" in why and "127.0.0.1 registered" in why and "wait" in why
             assert JOIN_BURST <= joined <= JOIN_BURST + took / JOIN_EVERY + 1
-            before = tips(hub)
-            await anon.refused("register", "token", agent_name="one-more", team="swarm")
-            assert tips(hub) == before
         # the limit is on new agents: an agent with its token goes on as before
         async with http_agent(url, "juno", "auto") as juno:
             juno.authenticate(tokens.mint(hub.path, "core/juno"))
