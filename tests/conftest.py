@@ -1,10 +1,13 @@
 """Shared fixtures: a real hub with the real hooks, and clones that push to it."""
 
 import fcntl
+import glob
+import json
 import os
 import random
 import socket
 import subprocess
+import sys
 import threading
 
 import pygit2
@@ -37,6 +40,22 @@ def pytest_xdist_auto_num_workers(config):
     return n if n > 1 else 0
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module's asserts, rewritten by pytest, are cached (in __pycache__, as
+    `*-pytest-*.pyc`) even under PYTHONDONTWRITEBYTECODE=1: without it every worker of
+    every run rewrote every module again, seconds of CPU each before the first test.
+    Only while test modules are imported; the commands the tests start are not
+    concerned (the variable stays in their environment)."""
+    if not isinstance(collector, pytest.Module) or not sys.dont_write_bytecode:
+        return (yield)
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = True
+
+
 TERMINAL_VARS = ("COLUMNS", "LINES")
 
 
@@ -66,7 +85,8 @@ def _shared_fixture(item) -> str:
     return ""
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
     """The tests marked alone queue on one worker (see pytest_runtest_protocol); so do
     those that share a module-scoped fixture, which is then set up once, not once a
     worker (a server of test_transports or test_githosts takes seconds to start)."""
@@ -76,32 +96,101 @@ def pytest_collection_modifyitems(items):
         group = "alone" if item.get_closest_marker("alone") else _shared_fixture(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    _tell_the_groups(config, items)
+
+
+# xdist's --dist loadgroup reads a test's group from its id (`id@group`), which its
+# worker sets in a hook that runs before this file's (the groups added above were never
+# seen) and, on pytest 9, through an attribute the id no longer comes from: every group
+# was spread over the workers, each of them starting the group's server or building its
+# big room. Here each worker writes the groups it collected to the run's directory, and
+# the controller's scheduler (xdist's loadgroup scheduling, the group read from there)
+# sends each group's tests to one worker; the ids stay as they are.
+
+def _group_file(run: str, worker: str) -> str:
+    return os.path.join(run, f"xdist-groups-{worker}.json")
+
+
+def _tell_the_groups(config, items) -> None:
+    worker, basetemp = os.environ.get("PYTEST_XDIST_WORKER"), config.option.basetemp
+    if not worker or not basetemp:
+        return
+    groups = {}
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if names:
+            groups[item.nodeid] = "_".join(sorted(names))
+    path = _group_file(os.path.dirname(os.path.abspath(basetemp)), worker)
+    with open(path + ".tmp", "w") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path)   # whole, before the worker reports its collection
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """Load scheduling, a group's tests to one worker (the workers' files)."""
+        groups = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:   # asked once every worker has collected
+                run = str(config._tmp_path_factory.getbasetemp())
+                found = sorted(glob.glob(_group_file(run, "*")))
+                self.groups = {}
+                if found:   # the workers collected the same tests: any one's file
+                    with open(found[0]) as f:
+                        self.groups = json.load(f)
+            return "@" + self.groups[nodeid] if nodeid in self.groups else nodeid
+
+    return GroupScheduling(config, log)
+
+
+_held = None   # the lock, kept from an alone test to the alone test this worker runs next
+
+
+def _is_alone(item) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item):
+def pytest_runtest_protocol(item, nextitem):
     """A test marked alone (it measures a latency or a wait that other tests' load would
     stretch) runs, fixtures and all, while no other test of the run does; the others
     share. A readers-writer lock of the run's workers, whose --basetemp is one directory
     each in the run's: the gate holds new tests back while an alone one waits for the
-    running ones to end."""
+    running ones to end. Alone tests that follow each other on a worker (they are one
+    group) keep the lock from one to the next: the others wait for the running tests
+    to end once, not once each."""
+    global _held
     basetemp = item.config.option.basetemp
     if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
         yield
         return
     run = os.path.dirname(os.path.abspath(basetemp))
-    alone = item.get_closest_marker("alone") is not None
-    with open(os.path.join(run, "alone.gate"), "a") as gate, \
-            open(os.path.join(run, "alone.lock"), "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
+    alone = _is_alone(item)
+    if _held is not None:   # the alone test before this one kept it (this one is alone)
+        lock, _held = _held, None
+    else:
+        lock = open(os.path.join(run, "alone.lock"), "a")
+        with open(os.path.join(run, "alone.gate"), "a") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        if alone and _is_alone(nextitem):
+            _held = lock
+        else:
             fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
 
 
 @pytest.fixture(autouse=True)

@@ -215,8 +215,11 @@ def as_anyone():
                 yield ["--room", v] + good
 
 
+every = list(tries()) + list(as_anyone())
+part, parts = map(int, sys.argv[4].split("/"))   # this run's share: a slice, in order
+mine = every[part * len(every) // parts:(part + 1) * len(every) // parts]
 runs, bad = 0, []
-for argv in list(tries()) + list(as_anyone()):
+for argv in mine:
     out, err, code = io.StringIO(), io.StringIO(), 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -228,17 +231,22 @@ for argv in list(tries()) + list(as_anyone()):
     runs += 1
     if code not in (0, 2, 3, 4, 5, 124) or "Traceback" in err.getvalue():
         bad.append([argv, str(code), err.getvalue()[-400:]])
-print(json.dumps({"runs": runs, "bad": bad}))
+print(json.dumps({"runs": runs, "of": len(every), "mine": len(mine), "bad": bad}))
 """
+SWEEP_PARTS = 4   # the sweep's argument lists, cut in this many runs that go in parallel
 
 
-def test_every_command_answers_hostile_arguments_without_a_traceback(gd, hub, team, tmp_path):
+@pytest.mark.parametrize("part", range(SWEEP_PARTS))
+def test_every_command_answers_hostile_arguments_without_a_traceback(gd, hub, team, tmp_path,
+                                                                     part):
     """Each command, each hostile value in all its positional arguments and in each
     of its options: a clear refusal (exit 2 to 5) or an answer, never exit 1.
     Found this way: init of a name too long or not UTF-8, task show and task graph
     of an id not UTF-8, verify of a room name never checked (verify ../hub read the
     hub's branch), guard install and check with a --repo that is not there, and
-    work acting as a name that is not UTF-8."""
+    work acting as a name that is not UTF-8. The ~3,000 command lines are run in
+    SWEEP_PARTS consecutive slices, one a test (each on a hub of its own), which
+    together are every one of them: one run of them all took minutes on a busy machine."""
     # Commands that serve, wait or ask are not one-shot; destroy removes the hub.
     skip = ["serve", "web", "watch", "board", "work", "wait", "demo", "http", "mcp",
             "autorespond", "destroy", "ask"]
@@ -246,13 +254,14 @@ def test_every_command_answers_hostile_arguments_without_a_traceback(gd, hub, te
     work.mkdir()
     who = ["", "../x", "a/b/c", "x" * 300, "\x01", "@", "\udcff"]
     p = subprocess.run([sys.executable, "-c", SWEEP, json.dumps(attacks.HOSTILE_ARGS),
-                        json.dumps(skip), json.dumps(who)], capture_output=True, text=True,
-                       cwd=work,
+                        json.dumps(skip), json.dumps(who), f"{part}/{SWEEP_PARTS}"],
+                       capture_output=True, text=True, cwd=work,
                        env=dict(gd.env, GITDROP_AGENT="core/juno"), stdin=subprocess.DEVNULL,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.splitlines()[-1])
-    assert got["runs"] > 2500, got["runs"]
+    assert got["of"] > 2500, got["of"]
+    assert got["runs"] == got["mine"] >= got["of"] // SWEEP_PARTS, got
     assert not got["bad"], got["bad"][:5]
 
 

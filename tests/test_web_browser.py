@@ -201,7 +201,9 @@ def test_another_server_on_this_host_gets_the_cookie_but_cannot_act(site):
 
         def log_message(self, *a):
             pass
-    other = http.server.HTTPServer(("127.0.0.1", 0), Other)
+    # a thread a connection: Chromium may open one it sends nothing on (a preconnect),
+    # and a server that reads them in turn waited on it (shutdown() with it) a minute
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
         _log_in(b, s.url, tokens.mint(h.path, "ops/ada"))
