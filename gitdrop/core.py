@@ -208,15 +208,15 @@ class Room:
 
     # --- writing ---------------------------------------------------------------
     def _write(self, agent: str, build, key: str = ""):
+        now, recipe, call = self.clock(), None, _CALL.get()
         if key:  # checked on every (re)build, so a racing twin that landed first counts
             inner = build
 
             def build(view, tip):
-                done = self._replayed(agent, key, tip)
+                done = self._replayed(agent, key, tip, now)
                 if done is not None:
                     raise _Replayed(done)
                 return inner(view, tip)
-        now, recipe, call = self.clock(), None, _CALL.get()
         if call is not None and call[3] is self:
             _CALL.set(None)   # one write per verb call: a second one goes by itself
             if _CAPTURE.get():
@@ -270,10 +270,10 @@ class Room:
         return _Key(key, op, hashlib.sha256(repr((op,) + payload).encode(
             "utf-8", "surrogateescape")).hexdigest()[:16])
 
-    def _replayed(self, agent: str, key, tip: str):
+    def _replayed(self, agent: str, key, tip: str, at: int):
         """The result of the operation this key already made, or None; refuses a key
         that was used for another operation or another payload."""
-        c = rules.keyed_before(self.store.reader, tip, agent, key)
+        c = rules.keyed_before(self.store.reader, tip, agent, key, at)
         if c is None:
             return None
         op, digest = getattr(key, "op", c.op), getattr(key, "digest", "")

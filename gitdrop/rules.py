@@ -183,13 +183,20 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
 
 # --- idempotency keys ---------------------------------------------------------
 
-IDEMPOTENCY_WINDOW = 2000  # commits searched for a repeated Gitdrop-Id
+# How far back a repeated Gitdrop-Id is looked for: the commits dated within
+# KEY_SECONDS of the new one, and never fewer than KEY_MIN_COMMITS nor more than
+# KEY_MAX_COMMITS. A count alone was a few seconds of a busy room, and anyone
+# could push past it between a call and its retry (which was then applied twice).
+KEY_SECONDS = 24 * 3600
+KEY_MIN_COMMITS, KEY_MAX_COMMITS = 2000, 100_000
 
 
-def keyed_before(reader, tip: str, author: str, key: str):
-    """The commit by `author` with idempotency key `key` among the last
-    IDEMPOTENCY_WINDOW commits up to `tip`, or None. Asked twice for a keyed write
-    (its writer, to answer a retry from the first commit; then the rules): kept."""
+def keyed_before(reader, tip: str, author: str, key: str, at: int):
+    """The commit by `author` with idempotency key `key` on the first-parent history
+    up to `tip` within the window of a commit dated `at`, or None: back to the first
+    commit dated more than KEY_SECONDS before `at` once KEY_MIN_COMMITS are read, and
+    never past KEY_MAX_COMMITS. Asked twice for a keyed write (its writer, to answer
+    a retry from the first commit; then the rules): kept."""
     memo = getattr(reader, "_keyed", None)
     if memo is None:
         memo = {}
@@ -197,11 +204,11 @@ def keyed_before(reader, tip: str, author: str, key: str):
             reader._keyed = memo
         except AttributeError:
             pass
-    k = (tip, author, str(key))
+    k = (tip, author, str(key), at)
     if k not in memo:
-        found = None
+        found, since = None, at - KEY_SECONDS
         for n, h in enumerate(first_parent_walk(reader, tip)):
-            if n >= IDEMPOTENCY_WINDOW:
+            if n >= KEY_MAX_COMMITS or (n >= KEY_MIN_COMMITS and h.time < since):
                 break
             if h.author == author and fmt.trailer(h.trailers, "id") == key:
                 found = h
@@ -228,14 +235,14 @@ def key_reused(earlier, key: str, op: str) -> Refusal:
 
 
 def _check_key(c, op: str, ctx) -> None:
-    """A key its author used before, within the window, is refused: for another
+    """A key its author used before, within the window (keyed_before), is refused: for another
     operation, as gitdrop's writers refuse it; for the same one, since an operation
     is applied once (they answer such a retry from the first commit, writing none).
     A raw push was never asked."""
     key = fmt.trailer(c.trailers, "id")
     if not key or not c.parents:
         return
-    earlier = keyed_before(ctx.reader, c.parents[0], c.author, key)
+    earlier = keyed_before(ctx.reader, c.parents[0], c.author, key, c.time)
     if earlier is None:
         return
     if same_keyed(earlier, op, fmt.trailer(c.trailers, "digest")):

@@ -294,3 +294,54 @@ def test_an_approval_without_words_keeps_the_result_a_pipeline_reads(hub, team):
     seen = []
     Worker(hub, "lobby", "core/kai", lambda task, ctx: seen.append(task["inputs"]) or "ok").run_once()
     assert seen == [{first: "RESULT=42"}]
+
+
+def _filler(hub, n: int, when: int, room: str = "lobby") -> None:
+    """`n` messages core/kai → core/kai on the room's tip, dated `when`, in one
+    `git fast-import` (a busy room, or a member pushing filler, without n hook runs)."""
+    import subprocess
+    ref = model.ROOM_PREFIX + room
+    who = f"core/kai <kai@core.gitdrop> {when} +0000\n"
+    parts = []
+    for i in range(n):
+        msg = fmt.format_message(f"kai → kai: filler {i}", f"filler {i}",
+                                 [("op", "send"), ("to", "core/kai")])
+        parts.append(f"commit {ref}\nauthor {who}committer {who}"
+                     f"data {len(msg.encode())}\n{msg}\n")
+        if i == 0:
+            parts.append(f"from {hub.store.tip(ref)}\n")
+    subprocess.run(["git", "--git-dir", hub.path, "fast-import", "--quiet"],
+                   input="".join(parts).encode(), check=True)
+
+
+def test_an_idempotency_key_outlives_a_flood_of_commits(hub, team, clone):
+    """A key was looked for in the room's last 2,000 commits only: 2,001 commits by
+    anyone between a call and its retry (a few seconds of a busy room, or a member
+    pushing filler) and the retry was applied twice. A key is remembered for a day."""
+    import time
+    from gitdrop import rules
+    first = team.create_task("core/spartan", "deploy", key="deploy-7")
+    _filler(hub, rules.KEY_MIN_COMMITS + 500, int(time.time()))
+    again = team.create_task("core/spartan", "deploy", key="deploy-7")
+    assert again["replayed"] and again["task"] == first["task"]
+    assert [t["id"] for t in team.list_tasks()] == [first["task"]]
+    # the hook looks as far: the key reused by a raw push for another operation
+    c = clone("core/spartan")
+    c.commit(fmt.format_message("spartan → juno: hi", "hi", [("op", "send"), ("to", "core/juno"),
+                                                           ("id", "deploy-7")]),
+             allow_empty=True)
+    assert "another operation" in attempt(hub, c, "idempotency-key")
+
+
+def test_an_idempotency_key_is_forgotten_after_a_day_and_2000_commits(hub, team):
+    """The window has an end (else every keyed write of a long-lived room would read
+    its whole history): a key used more than a day and 2,000 commits ago is new."""
+    import time
+    from gitdrop import rules
+    now = int(time.time())
+    old = _room(hub, [now - rules.KEY_SECONDS - 3600])
+    first = old.create_task("core/spartan", "deploy", key="deploy-8")
+    _filler(hub, rules.KEY_MIN_COMMITS, now - rules.KEY_SECONDS - 60)
+    _filler(hub, 5, now)
+    again = team.create_task("core/spartan", "deploy", key="deploy-8")
+    assert not again.get("replayed") and again["task"] != first["task"]
