@@ -96,7 +96,10 @@ def stop_while_git_runs(tmp_path, hub: str, args, verb: str, signum: int, ready=
     `signum`: (exit code, stdout, stderr, the git processes that outlived it)."""
     p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", hub, "--json", *args],
                          cwd=ROOT, env=env_for(tmp_path), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # Ctrl-C as a terminal sends it, even where the run was started
+                         # with SIGINT ignored (a background job inherits that)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     kids = {}
     try:
         deadline = time.monotonic() + 30
@@ -170,18 +173,20 @@ def test_sigterm_mid_sync_ends_git_push_and_keeps_the_queue(served, tmp_path):
     assert texts(served.hub) == ["from the train"]
 
 
-def test_sighup_while_fetching_from_a_hub_that_never_answers_ends_git_fetch(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT])
+def test_a_stop_while_fetching_from_a_hub_that_never_answers_ends_git_fetch(tmp_path, signum):
+    """SIGHUP, and Ctrl-C: it printed a traceback, and left git and ssh running."""
     silent = Silent()
     try:
         url = f"git://127.0.0.1:{silent.port}/hub.git"
-        rc, out, err, left = stop_while_git_runs(tmp_path, url, ["who"], "fetch",
-                                                 signal.SIGHUP)
+        rc, out, err, left = stop_while_git_runs(tmp_path, url, ["who"], "fetch", signum)
     finally:
         silent.close()
     assert left == {}, f"git outlived the command: {left}"
     doc = json.loads(out)
-    assert rc == 128 + signal.SIGHUP and doc["rule"] == "stopped", (rc, doc, err)
-    assert "stopped by SIGHUP" in doc["reason"]
+    assert rc == 128 + signum and doc["rule"] == "stopped", (rc, doc, err)
+    assert f"stopped by {signal.Signals(signum).name}" in doc["reason"]
+    assert "Traceback" not in err
 
 
 # --- an archived room whose ref names no commit ---------------------------------------

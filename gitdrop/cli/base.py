@@ -265,8 +265,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _on_stop(signum, frame):
-    for s in STOP_SIGNALS:   # a second signal ends the process at once
-        signal.signal(s, signal.SIG_DFL)
+    for s in STOP_SIGNALS + (signal.SIGINT,):   # a second signal ends the process at once
+        if signal.getsignal(s) is _on_stop:
+            signal.signal(s, signal.SIG_DFL)
     # git commands run in sessions of their own (a kill of this one misses them),
     # and other threads' too: the exception raised here reaches this thread only
     remote = sys.modules.get("gitdrop.transports.remote")
@@ -278,11 +279,17 @@ def _on_stop(signum, frame):
 @contextlib.contextmanager
 def stop_signals():
     """While a command runs, SIGTERM and SIGHUP raise Stopped (only the main thread
-    can catch a signal; a command with handlers of its own, a worker, sets them)."""
+    can catch a signal; a command with handlers of its own, a worker, sets them).
+    So does Ctrl-C (SIGINT), unless it is ignored (a background job): it reached the
+    git commands, each in a session of its own, no more than a kill does, and it
+    ended the command in a traceback."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, _on_stop) for s in STOP_SIGNALS}
+    mine = STOP_SIGNALS
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        mine += (signal.SIGINT,)
+    old = {s: signal.signal(s, _on_stop) for s in mine}
     try:
         yield
     finally:
