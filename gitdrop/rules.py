@@ -10,7 +10,7 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 import _thread
 import bisect
 
-from . import brief, deps, fmt, machine, model
+from . import brief, deps, fmt, keywindow, machine, model
 from .errors import Refusal
 from .view import Change, RoomView, first_parent_walk, parse_file  # noqa: F401 (Change: re-export)
 
@@ -192,11 +192,12 @@ KEY_MIN_COMMITS, KEY_MAX_COMMITS = 2000, 100_000
 
 
 def keyed_before(reader, tip: str, author: str, key: str, at: int):
-    """The commit by `author` with idempotency key `key` on the first-parent history
-    up to `tip` within the window of a commit dated `at`, or None: back to the first
-    commit dated more than KEY_SECONDS before `at` once KEY_MIN_COMMITS are read, and
-    never past KEY_MAX_COMMITS. Asked twice for a keyed write (its writer, to answer
-    a retry from the first commit; then the rules): kept."""
+    """The newest commit by `author` with idempotency key `key` on the first-parent
+    history up to `tip`, within the window of a commit dated `at`, or None: back to
+    the first commit dated more than KEY_SECONDS before `at` once KEY_MIN_COMMITS are
+    read, never past KEY_MAX_COMMITS (gitdrop.keywindow keeps what it read for the
+    next keyed write). Asked twice for a keyed write (its writer, to answer a retry
+    from the first commit; then the rules): kept."""
     memo = getattr(reader, "_keyed", None)
     if memo is None:
         memo = {}
@@ -206,16 +207,10 @@ def keyed_before(reader, tip: str, author: str, key: str, at: int):
             pass
     k = (tip, author, str(key), at)
     if k not in memo:
-        found, since = None, at - KEY_SECONDS
-        for n, h in enumerate(first_parent_walk(reader, tip)):
-            if n >= KEY_MAX_COMMITS or (n >= KEY_MIN_COMMITS and h.time < since):
-                break
-            if h.author == author and fmt.trailer(h.trailers, "id") == key:
-                found = h
-                break
         if len(memo) >= 256:
             memo.clear()
-        memo[k] = found
+        memo[k] = keywindow.keyed_before(reader, tip, author, str(key), at, KEY_MIN_COMMITS,
+                                         KEY_MAX_COMMITS, KEY_SECONDS)
     return memo[k]
 
 
