@@ -45,7 +45,7 @@ MOVES = {
     "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
     "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
                 ("title", "priority", "tags", "project", "reviewer", "max_retries", "body",
-                 "after", "requires", "parent", "review", "brief")),
+                 "after", "requires", "parent", "review", "brief", "handshake")),
     "renew":   (("assigned", "in_progress"), "same", ("assignee",), ("lease_until",)),
     "complete": (("in_progress",), "completed", ("assignee",), ()),
     "release": (("assigned", "in_progress"), "pending", ("assignee",),

@@ -1040,11 +1040,29 @@ def _move_edit(before, c, old, new, tid):
     if new["max_retries"] != old["max_retries"] and not decides:   # its failures never
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "sets how often a task may be retried", "ask them to change it")   # counted
+    if new["handshake"] != old["handshake"]:
+        _check_rebind(before, c, old, new, tid, decides)
     if old["state"] == "review" and not decides:
         _refuse("task-state-machine", c, f"task {tid} is in review: only its creator "
                 f"({old['creator']}) or a lead may edit it now", "wait for the review "
                 "(an approval or a request for changes), or ask them")
     _check_deps(before, c, old, new, tid)
+
+
+def _check_rebind(before, c, old, new, tid, decides):
+    """A task bound to a handshake that cannot reach GO (a target deregistered, or
+    gone for good) waited for ever: its creator or a lead binds it to another
+    handshake, or to none, before work starts. Not its doer: that would skip the
+    agreement it waits for."""
+    if not decides:
+        _refuse("handshake-go", c, f"only the creator ({old['creator']}) or a lead binds "
+                f"task {tid} to another handshake", "ask them to change it")
+    if old["state"] not in ("pending", "assigned"):
+        _refuse("handshake-go", c, f"task {tid} is {old['state']}: its handshake changes only "
+                "before work starts (pending or assigned)", "leave it as it is")
+    if new["handshake"] and before.handshake(new["handshake"]) is None:
+        _refuse("handshake-go", c, f"handshake {new['handshake']} does not exist",
+                "start the handshake first (gitdrop handshake start), or bind to 0 for none")
 
 
 def _move_complete(before, c, old, new, tid):

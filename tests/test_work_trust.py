@@ -9,6 +9,7 @@ from gitdrop.errors import Refusal
 
 import pytest
 
+from cli_helpers import Gitdrop
 from test_rules_push import attempt, task_doc
 
 
@@ -345,3 +346,44 @@ def test_an_idempotency_key_is_forgotten_after_a_day_and_2000_commits(hub, team)
     _filler(hub, 5, now)
     again = team.create_task("core/spartan", "deploy", key="deploy-8")
     assert not again.get("replayed") and again["task"] != first["task"]
+
+
+def test_a_task_bound_to_a_handshake_that_cannot_go_is_bound_to_another(hub, team, clone,
+                                                                       tmp_path):
+    """A handshake waits for every target's ack: one target deregistered, it never
+    reached GO, and the tasks bound to it could never start (`handshake` was not a
+    field any move changed). Its creator or a lead binds the task to another
+    handshake, or to none, before work starts; its doer may not skip the agreement."""
+    stuck = team.start_handshake("core/juno", "ship v2", ["core/spartan", "core/kai"])["id"]
+    t = team.create_task("core/juno", "ship", assignee="core/spartan", handshake=stuck)["task"]
+    team.ack_handshake("core/spartan", stuck)
+    team.deregister("core/kai", "core/kai")
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "start")
+    assert e.value.rule == "handshake-go"
+    # the doer may not unbind it
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "edit", handshake=0)
+    assert e.value.rule == "handshake-go" and "creator" in e.value.reason
+    # nor by a raw push
+    c = clone("core/spartan")
+    doc = team.view().task(t)
+    c.write(model.task_path(t), fmt.dumps_doc(dict(doc[0], handshake=0), doc[1]))
+    c.commit(fmt.format_message(f"task {t} edited", "", [("op", "task-edit"), ("task", t)]))
+    assert "creator" in attempt(hub, c, "handshake-go")
+    # nor to a handshake there is not
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/juno", t, "edit", handshake=99)
+    assert e.value.rule == "handshake-go" and "does not exist" in e.value.reason
+    # the lead binds it to a new one (here from the command line), which reaches GO,
+    # and the work starts
+    fresh = team.start_handshake("core/juno", "ship v2, without kai", ["core/spartan"])["id"]
+    gd = Gitdrop(hub.path, str(tmp_path / "home"), "core/juno")
+    assert gd.js("task", "edit", t, "--handshake", fresh)["state"] == "assigned"
+    assert team.view().task(t)[0]["handshake"] == int(fresh)
+    team.ack_handshake("core/spartan", fresh)
+    assert team.move_task("core/spartan", t, "start")["state"] == "in_progress"
+    # once work has started, the binding stays
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/juno", t, "edit", handshake=0)
+    assert e.value.rule == "handshake-go" and "before work starts" in e.value.reason

@@ -182,17 +182,21 @@ def edit(s: Scope, task_id: Id,
          parent: Annotated[Optional[str], typer.Option("--parent", metavar="ID",
                                                        show_default=False)] = None,
          reviewer: Annotated[Optional[str], typer.Option("--reviewer",
-                                                         show_default=False)] = None):
-    """Change a task's title, priority, tags, dependencies, required capabilities, parent
-    or reviewer (creator, lead or assignee)."""
+                                                         show_default=False)] = None,
+         handshake: Annotated[Optional[int], typer.Option(
+             "--handshake", metavar="ID", help="Bind it to another handshake (0: none); "
+             "creator or lead, before work starts.", show_default=False)] = None):
+    """Change a task's title, priority, tags, dependencies, required capabilities, parent,
+    reviewer (creator, lead or assignee) or handshake (creator or lead)."""
     edits = {k: v for k, v in {"title": title, "priority": priority, "parent": parent,
-                               "reviewer": reviewer}.items() if v is not None}
+                               "reviewer": reviewer, "handshake": handshake}.items()
+             if v is not None}
     for k, v in (("tags", tag), ("after", after), ("requires", requires)):
         if v is not None:
             edits[k] = [x.lstrip("#") for x in split_list(v)]
     if not edits:
         raise UsageError("nothing to change", "give --title, --priority, --tag, --after, "
-                         "--requires, --parent or --reviewer")
+                         "--requires, --parent, --reviewer or --handshake")
     _move(s, task_id, "edit", **edits)
 
 

@@ -736,7 +736,7 @@ class ToolBox:
 
     def edit_task(self, task_id: str | int, title: str = "", priority: str = "",
                   tags: str = "", after: str = "", requires: str = "", review: str = "",
-                  agent_name: str = "") -> TaskMove:
+                  handshake_id: str = "", agent_name: str = "") -> TaskMove:
         """Change a task. Empty: unchanged; none: empty a list.
 
         title: new title
@@ -745,18 +745,26 @@ class ToolBox:
         after: ids it waits on
         requires: capabilities
         review: true or false
+        handshake_id: rebind (none: unbind)
         """
         edits: dict = {"title": title} if title else {}
         if priority:
             edits["priority"] = _as_int(priority, "priority")
         if review:
             edits["review"] = review.strip().lower() in ("true", "1", "yes")
+        if handshake_id:
+            hid = "0" if str(handshake_id).strip() == "none" else _int_id(handshake_id,
+                                                                           "handshake_id")
+            if not (hid.isascii() and hid.isdigit() and len(hid) < 19):
+                raise UsageError(f"handshake_id {str(handshake_id)[:40]!r} is not a handshake "
+                                 "id", "pass its number (handshake_status), or none")
+            edits["handshake"] = int(hid)
         for k, v in (("tags", tags), ("after", after), ("requires", requires)):
             if v:
                 edits[k] = [] if v.strip() == "none" else [x.lstrip("#") for x in _split(v)]
         if not edits:
             raise UsageError("nothing to change", "pass title, priority, tags, after, "
-                             "requires or review")
+                             "requires, review or handshake_id")
         return self._move(agent_name, task_id, "edit", **edits)
 
     def _move(self, agent_name, task_id, move, **kw) -> TaskMove:
