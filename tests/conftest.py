@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,14 @@ from gitdrop.verify import check_commits
 # --- running in parallel (pytest-xdist) ------------------------------------------------
 
 WORKERS_CAP = 4   # 2 a core: most tests wait on processes, sleeps and IO, not the CPU
+
+
+# A run started where SIGINT is ignored (a background job of a shell without job
+# control, nohup) passed that on to every command the tests start: those that test
+# Ctrl-C sent it to a program that could not hear it. Python's own handler here;
+# the commands, started from this process, begin with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(optionalhook=True)
