@@ -14,6 +14,7 @@ People bypass it with GITDROP_GUARD=off (or git commit --no-verify / git push
 """
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -178,20 +179,22 @@ def cached_leases(repo: str, room: str) -> list[dict] | None:
     return out
 
 
-def blocking(paths, me: str, leases, now: int) -> list[tuple[str, dict]]:
-    """(path, lease) for each path covered by a live exclusive lease not mine."""
+def blocking(paths, me: str, leases, now: int, links=frozenset()) -> list[tuple[str, dict]]:
+    """(path, lease) for each path covered by a live exclusive lease not mine. A
+    path in `links` is a submodule: moving it changes every file under it, so a
+    lease on anything there covers it."""
     live = [x for x in leases if x["mode"] == "exclusive" and x["until"] > now
             and x["holder"] != me]
     out = []
     for p in paths:
         for lease in live:
-            if matches(lease["glob"], p):
+            if matches(lease["glob"], p) or (p in links and model.globs_overlap(lease["glob"], p)):
                 out.append((p, lease))
                 break
     return out
 
 
-def judge(repo: str, paths, what: str) -> int:
+def judge(repo: str, paths, what: str, links=frozenset()) -> int:
     """Print the refusal and return 1 if a path is held by someone else; else 0."""
     if os.environ.get("GITDROP_GUARD", "").lower() in ("off", "0", "no", "false"):
         return 0
@@ -202,8 +205,11 @@ def judge(repo: str, paths, what: str) -> int:
         print(f"gitdrop guard: cannot read room {cfg['room']!r} from hub {cfg['hub']!r} and "
               "no copy was fetched before; not checking leases", file=sys.stderr)
         return 0
-    hit = blocking(sorted(set(paths)), cfg["agent"], leases, int(time.time()))
+    hit = blocking(sorted(set(paths)), cfg["agent"], leases, int(time.time()), links)
     if not hit:
+        if not fresh:   # said even when nothing is held: a lease taken since is not seen
+            print(f"gitdrop guard: hub {cfg['hub']!r} is out of reach; judged by the room "
+                  "as last fetched", file=sys.stderr)
         return 0
     print(f"gitdrop guard: this {what} touches paths another agent holds"
           + ("" if fresh else " (judged by the last fetched state of the room; the hub "
@@ -221,14 +227,20 @@ def judge(repo: str, paths, what: str) -> int:
     return 1
 
 
-def staged_paths(repo: str) -> list[str]:
+def staged_paths(repo: str) -> tuple[list[str], set[str]]:
+    """The paths a commit would change, and which of them are submodules."""
     out = _git("diff", "--cached", "--name-only", "--no-renames", "-z", cwd=repo)
-    return [p for p in out.split("\0") if p]
+    paths = [p for p in out.split("\0") if p]
+    has_head = _git("rev-parse", "--verify", "--quiet", "HEAD", cwd=repo, check=False).strip()
+    return paths, _links(repo, paths, [None] + (["HEAD"] if has_head else []))
 
 
-def pushed_paths(repo: str, lines: str) -> list[str]:
-    """Paths changed by the commits a push sends (pre-push's standard input)."""
-    paths = []
+def pushed_paths(repo: str, lines: str) -> tuple[list[str], set[str]]:
+    """Paths changed by the commits a push sends (pre-push's standard input), and
+    which of them are submodules. A merge counts the paths it changes itself (that
+    differ from every parent: a conflict resolved, or an edit made in the merge);
+    what it takes from a parent was judged with the commit that made it."""
+    paths, links = [], set()
     for line in lines.splitlines():
         parts = line.split()
         if len(parts) != 4 or set(parts[1]) == {"0"}:
@@ -238,18 +250,39 @@ def pushed_paths(repo: str, lines: str) -> list[str]:
             ["git", "cat-file", "-e", remote + "^{commit}"], cwd=repo,
             capture_output=True).returncode == 0
         rng = [f"{remote}..{local}"] if known else [local, "--not", "--remotes"]
-        out = _git("log", "--format=", "--name-only", "--no-renames", "-z", *rng, cwd=repo)
-        paths += [p.strip("\n") for p in out.split("\0") if p.strip("\n")]
-    return paths
+        out = _git("log", "--format=", "--name-only", "--no-renames", "-c", "-z", *rng,
+                   cwd=repo)
+        mine = [p.strip("\n") for p in out.split("\0") if p.strip("\n")]
+        paths += mine
+        links |= _links(repo, sorted(set(mine)), [local] + ([remote] if known else []))
+    return paths, links
+
+
+def _links(repo: str, paths: list[str], trees) -> set[str]:
+    """Which of `paths` are submodules (gitlinks) in any of `trees` (None: the index)."""
+    found = set()
+    for i in range(0, len(paths), 500):
+        chunk = paths[i:i + 500]
+        for tree in trees:
+            args = ["ls-files", "-s", "-z", "--"] if tree is None else \
+                ["ls-tree", "-z", tree, "--"]
+            out = _git(*args, *chunk, cwd=repo, check=False)
+            for entry in out.split("\0"):
+                meta, _, path = entry.partition("\t")
+                if meta.startswith("160000 "):
+                    found.add(path)
+    return found
 
 
 # --- install --------------------------------------------------------------------
 
 def hook_text(kind: str) -> str:
+    # -P: git runs the hook in the work tree, and `python -m` looks there first: a
+    # gitdrop/guard.py (or a subprocess.py) committed to the project ran in its place.
     return (f"#!/bin/sh\n{MARK} ({kind}): refuses work on paths another agent leases\n"
             "# exclusively (gitdrop lease). Bypass: GITDROP_GUARD=off, or --no-verify.\n"
             'case "$GITDROP_GUARD" in off|OFF|0|no|false) exit 0;; esac\n'
-            f"exec '{sys.executable}' -m gitdrop.guard {kind} \"$@\"\n")
+            f"exec {shlex.quote(sys.executable)} -P -m gitdrop.guard {kind} \"$@\"\n")
 
 
 def install(repo: str, hub: str = "", room: str = "", agent: str = "",
@@ -289,9 +322,11 @@ def main(argv=None) -> int:
     repo = os.getcwd()
     try:
         if kind == "pre-commit":
-            return judge(repo, staged_paths(repo), "commit")
+            paths, links = staged_paths(repo)
+            return judge(repo, paths, "commit", links)
         if kind == "pre-push":
-            return judge(repo, pushed_paths(repo, sys.stdin.read()), "push")
+            paths, links = pushed_paths(repo, sys.stdin.read())
+            return judge(repo, paths, "push", links)
     except UsageError as e:
         print(f"gitdrop guard: {e}", file=sys.stderr)
         return 1

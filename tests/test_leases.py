@@ -300,6 +300,10 @@ def test_guard_expired_release_and_offline(hub, team, tmp_path):
     git("config", "gitdrop.hub", str(tmp_path / "gone.git"), cwd=work)
     p = commit(work, {"new/a.py": "a\n"})
     assert p.returncode != 0 and "last fetched state" in p.stderr
+    git("reset", "-q", cwd=work)
+    os.remove(os.path.join(work, "new/a.py"))
+    p = commit(work, {"other/a.py": "a\n"})   # let through, but not silently
+    assert p.returncode == 0 and "out of reach" in p.stderr, p.stderr
     git("config", "gitdrop.hub", hub.path, cwd=work)
     team.release_lease("core/kai", live["id"])
     assert commit(work, {"new/a.py": "a\n"}).returncode == 0
@@ -323,3 +327,85 @@ def test_guard_pre_push_refuses_commits_made_with_no_verify(hub, team, tmp_path)
     p = subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work,
                        env=dict(e, GITDROP_GUARD="off"), capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_guard_runs_gitdrop_not_the_projects_files(hub, team, tmp_path):
+    """git runs the hook in the work tree and `python -m` imported from there first: a
+    gitdrop/guard.py committed to the project replaced the guard (and ran on every
+    teammate's commit), a top-level subprocess.py stopped every commit."""
+    team.take_lease("core/kai", "src/api/**")
+    work = work_repo(tmp_path, hub, "core/spartan")
+    ran = tmp_path / "ran"
+    planted = f"open({str(ran)!r}, 'w').write('planted')\n"
+    assert commit(work, {"gitdrop/__init__.py": "", "gitdrop/guard.py": planted,
+                         "subprocess.py": planted, "json.py": planted},
+                  env={"GITDROP_GUARD": "off"}).returncode == 0
+    assert commit(work, {"notes.txt": "n\n"}).returncode == 0
+    p = commit(work, {"src/api/x.py": "x\n"})
+    assert p.returncode != 0 and "core/kai" in p.stderr, p.stderr
+    assert not ran.exists()
+
+
+def test_the_guard_sees_what_a_merge_changes_itself(hub, team, tmp_path):
+    """A merge's own changes (a conflict resolved, an edit made in the merge) were not
+    among the pushed paths: an edit of a leased file went out inside a merge. What a
+    merge takes from a parent is not counted again."""
+    upstream = tmp_path / "up.git"
+    git("init", "-q", "--bare", str(upstream))
+    work = work_repo(tmp_path, hub, "core/spartan")
+    git("remote", "add", "origin", str(upstream), cwd=work)
+    assert commit(work, {"src/api/x.py": "1\n", "README": "r\n"}).returncode == 0
+    git("branch", "-M", "main", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    git("checkout", "-q", "-b", "side", cwd=work)
+    assert commit(work, {"side.txt": "s\n"}).returncode == 0
+    git("checkout", "-q", "main", cwd=work)
+    assert commit(work, {"main.txt": "m\n"}).returncode == 0
+    git("merge", "-q", "--no-commit", "side", cwd=work)
+    team.take_lease("core/kai", "src/api/**")
+    with open(os.path.join(work, "src/api/x.py"), "w") as f:
+        f.write("rewritten in the merge\n")
+    git("add", "-A", cwd=work)
+    e = {k: v for k, v in os.environ.items() if k not in ("GITDROP_AGENT", "GITDROP_GUARD")}
+    subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "merge"], cwd=work, env=e,
+                   check=True)
+    p = subprocess.run(["git", "push", "-q", "origin", "main"], cwd=work, env=e,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "src/api/x.py" in p.stderr and "core/kai" in p.stderr, p.stderr
+    # a merge that only brings another branch's work is not held up by it
+    git("reset", "-q", "--hard", "HEAD~1", cwd=work)
+    git("merge", "-q", "--no-edit", "side", cwd=work, env={"GITDROP_GUARD": "off"})
+    p = subprocess.run(["git", "push", "-q", "origin", "main"], cwd=work, env=e,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_lease_under_a_submodule_covers_moving_the_submodule(hub, team, tmp_path):
+    """Moving a submodule (its gitlink) changes every file under it; a lease on
+    vendor/lib/** did not stop it, as vendor/lib is not under vendor/lib/."""
+    lib = tmp_path / "lib"
+    git("init", "-q", str(lib))
+    git("config", "user.name", "x", cwd=lib)
+    git("config", "user.email", "x@example.org", cwd=lib)
+    for text in ("1\n", "2\n"):
+        with open(lib / "core.c", "w") as f:
+            f.write(text)
+        git("add", "-A", cwd=lib)
+        git("commit", "-q", "-m", text.strip(), cwd=lib)
+    work = work_repo(tmp_path, hub, "core/spartan")
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib",
+        cwd=work)
+    git("-C", "vendor/lib", "checkout", "-q", "HEAD~1", cwd=work)
+    git("add", "vendor/lib", cwd=work)
+    assert commit(work, {}).returncode == 0
+    team.take_lease("core/kai", "vendor/lib/**")
+    git("-C", "vendor/lib", "checkout", "-q", "master" if git(
+        "-C", "vendor/lib", "rev-parse", "--verify", "--quiet", "master", cwd=work,
+        check=False).returncode == 0 else "main", cwd=work)
+    git("add", "vendor/lib", cwd=work)
+    p = commit(work, {}, "bump lib")
+    assert p.returncode != 0 and "vendor/lib" in p.stderr and "core/kai" in p.stderr, p.stderr
+    # a lease elsewhere does not hold it up
+    team.release_lease("core/kai", "vendor/lib/**")
+    team.take_lease("core/kai", "vendor/other/**")
+    assert commit(work, {}, "bump lib").returncode == 0

@@ -102,7 +102,8 @@ def guard_check(s, repo: Annotated[Optional[str], typer.Option(
     """Judge the staged changes as the pre-commit hook does (exit 1 if refused)."""
     from .. import guard
     path = repo or os.getcwd()
-    code = guard.judge(path, guard.staged_paths(path), "commit")
+    paths, links = guard.staged_paths(path)
+    code = guard.judge(path, paths, "commit", links)
     if code:
         raise typer.Exit(1)
     s.emit({"ok": True}, "no staged path is held by another agent")
