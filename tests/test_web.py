@@ -615,3 +615,53 @@ def test_the_done_box_says_only_the_boards_own_words(web):
         page = c.get("/r/lobby", params={"ok": lie}).text
         assert lie not in page and 'class="ok"' not in page
         assert '<div class="ok">approve done</div>' in c.get("/r/lobby/t/4?ok=approve").text
+
+
+def test_half_sent_connections_do_not_take_the_board_down(hub, tmp_path):
+    """Connections that send half a request and stay took every file descriptor:
+    the board answered nobody until they went, and logged a traceback for every
+    accept that failed (85 MB in 35 s). Past what the open-file limit leaves, a
+    connection is closed at once; the board answers as soon as they are gone."""
+    import resource
+    import signal
+    import socket
+    import subprocess
+    from cli_helpers import ENTRY
+    port = free_port()
+    g = Gitdrop(hub.path, str(tmp_path))
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    p = subprocess.Popen([*ENTRY, "web", "--port", str(port)], env=g.env, preexec_fn=low_limit,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    held = []
+    try:
+        deadline = time.time() + 15
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.time() < deadline and p.poll() is None, "the board did not start"
+                time.sleep(0.1)
+        for _ in range(400):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), 2)
+                s.sendall(b"GET /r/lobby HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                held.append(s)
+            except OSError:
+                pass
+        time.sleep(1)
+        assert p.poll() is None, "the board ended"
+        for s in held:
+            s.close()
+        held.clear()
+        time.sleep(1)
+        page = httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=10)
+        assert page.status_code == 200 and "Build the users API" in page.text
+    finally:
+        for s in held:
+            s.close()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=15)
+    assert err.count("Traceback") < 5, err[-3000:]

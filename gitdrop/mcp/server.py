@@ -824,7 +824,7 @@ async def _run_http(server: GitdropServer, host: str, port: int, what: str, tool
     # The SDK's log handler imports this on an error; with no file descriptor left
     # (an accept that failed for want of one), the import failed and ended the server.
     importlib.import_module("rich.traceback")
-    from .doors import BACKLOG, http_protocol
+    from ..transports.conns import BACKLOG, http_protocol
     app = http_app(server, host)
     config = uvicorn.Config(app, host=host, port=port, http=http_protocol(), backlog=BACKLOG,
                             log_level=server.settings.log_level.lower())

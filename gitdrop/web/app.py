@@ -627,6 +627,10 @@ def server(app, host: str, port: int, log_level: str = "warning"):
             await super().main_loop()     # returns once it should exit
             app.state.board.stopping.set()
 
+    from ..transports.conns import BACKLOG, http_protocol
+    # Half-sent requests held open took every descriptor: the board answered nobody
+    # and logged a traceback per failed accept (conns.py closes them).
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=2, lifespan="on")
+                            timeout_graceful_shutdown=2, lifespan="on",
+                            http=http_protocol(), backlog=BACKLOG)
     return Server(config)
