@@ -273,7 +273,7 @@ class Room:
     def _replayed(self, agent: str, key, tip: str, at: int):
         """The result of the operation this key already made, or None; refuses a key
         that was used for another operation or another payload."""
-        c = rules.keyed_before(self.store.reader, tip, agent, key, at)
+        c = rules.keyed_before(self.store.reader, tip, agent, key, at, self.name)
         if c is None:
             return None
         op, digest = getattr(key, "op", c.op), getattr(key, "digest", "")

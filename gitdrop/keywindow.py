@@ -11,8 +11,8 @@ reads only the commits made since.
 It gives what the plain walk gives (tests/test_keywindow.py compares them): the
 windows of later writes start no further back (their bound is later and their
 tip newer), so what one walk read covers the next; a write dated earlier than
-the last, or on a tip the windows do not lead to within `most` commits, is
-walked plainly.
+the last, or on a tip the room's windows do not lead to within `least` commits,
+is walked plainly.
 """
 
 import heapq
@@ -21,7 +21,7 @@ import re
 from . import fmt
 from .view import first_parent_walk
 
-KEEP = 4   # windows kept per reader (rooms written at once)
+KEEP = 4   # windows kept per room of a reader
 
 
 class Window:
@@ -56,7 +56,7 @@ class Window:
 
     def extend(self, reader, tip: str) -> bool:
         """Move on to `tip`, reading the commits since this window's: False if
-        this window's tip is not among its last `most` first-parent ancestors."""
+        this window's tip is not among its last `least` first-parent ancestors."""
         if tip == self.tip:
             return True
         new = []
@@ -64,7 +64,7 @@ class Window:
             if c.oid == self.tip:
                 break
             new.append(c)
-            if len(new) > self.most:
+            if len(new) > self.least:   # far on, or elsewhere: a walk of its own
                 return False
         else:
             return False
@@ -126,14 +126,17 @@ def plain(reader, tip: str, author: str, key: str, at: int, least: int, most: in
 
 
 def keyed_before(reader, tip: str, author: str, key: str, at: int, least: int, most: int,
-                 seconds: int):
-    windows = getattr(reader, "_key_windows", None)
-    if windows is None:
-        windows = []
+                 seconds: int, room: str = ""):
+    rooms = getattr(reader, "_key_windows", None)
+    if rooms is None:
+        rooms = {}
         try:
-            reader._key_windows = windows
+            reader._key_windows = rooms
         except AttributeError:
             pass
+    if room not in rooms and len(rooms) >= 64:
+        rooms.clear()
+    windows = rooms.setdefault(room, [])
     for w in windows:
         if w.bound is not None and at - seconds < w.bound:
             continue   # dated before the window's last write: walked plainly below

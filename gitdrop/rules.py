@@ -176,7 +176,7 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
     if op != "register" and not op.startswith("room-") and \
             not (op == "task-reap" and model.is_hub_identity(c.author)):  # room ops check their own
         _registered(before, c, op)
-    _check_key(c, op, ctx)
+    _check_key(c, op, ctx, before.name)
     fn(before, c, changes, ctx, op)
     return op
 
@@ -191,7 +191,7 @@ KEY_SECONDS = 24 * 3600
 KEY_MIN_COMMITS, KEY_MAX_COMMITS = 2000, 100_000
 
 
-def keyed_before(reader, tip: str, author: str, key: str, at: int):
+def keyed_before(reader, tip: str, author: str, key: str, at: int, room: str = ""):
     """The newest commit by `author` with idempotency key `key` on the first-parent
     history up to `tip`, within the window of a commit dated `at`, or None: back to
     the first commit dated more than KEY_SECONDS before `at` once KEY_MIN_COMMITS are
@@ -210,7 +210,7 @@ def keyed_before(reader, tip: str, author: str, key: str, at: int):
         if len(memo) >= 256:
             memo.clear()
         memo[k] = keywindow.keyed_before(reader, tip, author, str(key), at, KEY_MIN_COMMITS,
-                                         KEY_MAX_COMMITS, KEY_SECONDS)
+                                         KEY_MAX_COMMITS, KEY_SECONDS, room)
     return memo[k]
 
 
@@ -229,7 +229,7 @@ def key_reused(earlier, key: str, op: str) -> Refusal:
                    commit=f"{earlier.oid[:12]} \"{earlier.subject[:60]}\"")
 
 
-def _check_key(c, op: str, ctx) -> None:
+def _check_key(c, op: str, ctx, room: str = "") -> None:
     """A key its author used before, within the window (keyed_before), is refused: for another
     operation, as gitdrop's writers refuse it; for the same one, since an operation
     is applied once (they answer such a retry from the first commit, writing none).
@@ -237,7 +237,7 @@ def _check_key(c, op: str, ctx) -> None:
     key = fmt.trailer(c.trailers, "id")
     if not key or not c.parents:
         return
-    earlier = keyed_before(ctx.reader, c.parents[0], c.author, key, c.time)
+    earlier = keyed_before(ctx.reader, c.parents[0], c.author, key, c.time, room)
     if earlier is None:
         return
     if same_keyed(earlier, op, fmt.trailer(c.trailers, "digest")):
