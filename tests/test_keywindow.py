@@ -90,3 +90,31 @@ def test_a_keyed_write_after_a_busy_day_reads_only_what_is_new():
         assert keywindow.keyed_before(r, tip, "b", f"new-{i}", now + 50_000 + i, 2000,
                                       100_000, 86400) is None
     assert reads < 1000, reads
+
+
+def test_keyed_writes_in_two_rooms_by_turns_read_only_what_is_new():
+    """One process writing to two rooms by turns: a room's window is not walked for
+    the other's tip (each walk went a whole window back before it gave up)."""
+    r = Reader()
+    tips, now = {"a": "", "b": ""}, int(time.time()) - 20_000
+    for i in range(20_000):
+        room = "ab"[i % 2]
+        tips[room] = r.add(tips[room], "x", now + i)
+    for room in "ab":
+        assert keywindow.keyed_before(r, tips[room], "x", "k", now + 20_000, 2000, 100_000,
+                                      86400, room) is None
+    reads = 0
+    real = r.commit
+
+    def counted(oid):
+        nonlocal reads
+        reads += 1
+        return real(oid)
+    r.commit = counted
+    for i in range(50):
+        for room in "ab":
+            tips[room] = r.add(tips[room], "x", now + 20_000 + i, f"{room}{i}")
+            got = keywindow.keyed_before(r, tips[room], "x", f"{room}{i}", now + 20_001 + i,
+                                         2000, 100_000, 86400, room)
+            assert got is not None and got.oid == tips[room]
+    assert reads < 500, reads
