@@ -15,7 +15,8 @@
   neither hand in nor give back, is passed over for a while, longer each time: it
   would otherwise come straight back, round after round; such a round is not work
   for `idle`, and a task whose result was lost is given back, not run again;
-- the notes it writes are cut to fit the room's max_file and max_message, saying so;
+- the notes it writes are cut to fit the room's max_file and max_message, saying so,
+  with their control characters (a colour, a backspace) written as escapes;
 - a task it has in progress when it starts (an earlier run of it died mid-task) is
   given back as a failed attempt, so that it is retried rather than held forever;
 - between tasks it sleeps on the notifier (any commit in the room wakes it), with a
@@ -249,7 +250,9 @@ class Worker:
     def _fit(self, tid: str, note: str) -> str:
         """`note` cut to what the task's file (max_file) and a commit (max_message)
         can hold, saying so: with more, the move is refused and the task can be
-        neither handed in nor given back."""
+        neither handed in nor given back. Its control characters as escapes: the
+        rules refuse a note with one."""
+        note = visible(note)
         view = self.room.view()
         doc, body = view.task(tid)
         s = view.settings
@@ -409,6 +412,20 @@ def _note(result) -> tuple[str, dict]:
             note += "\n\nFiles changed: " + ", ".join(files)
         return note, {}
     return str(result).strip() or "done", {}
+
+
+# A control character but newline and tab, written as an escape (\x1b): the rules
+# refuse a note holding one, and a colour in a program's output cost the result.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0, 9), *range(11, 32), 127]}
+
+
+def visible(text: str) -> str:
+    """`text` fit for a note: control characters (newline and tab aside) and lone
+    surrogates as escapes, a CR before a newline dropped."""
+    if text.isprintable() or text.replace("\n", "").replace("\t", "").isprintable():
+        return text
+    text = text.replace("\r\n", "\n").translate(_ESCAPES)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _error_text(e: BaseException) -> str:

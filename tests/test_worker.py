@@ -825,3 +825,28 @@ def test_the_same_rules_on_a_raw_push(hub, tmp_path, clone):
     ok, err = lead.push()
     assert not ok and refused_rule(err) == "task-brief", err
     assert hub.verify("lobby")
+
+
+def test_gitdrop_work_keeps_a_result_and_an_error_with_colours_in_them(tmp_path):
+    """A colour escape in a program's output: the rules refuse a note with a control
+    character, so a task done was counted a failure and run again, and the error of
+    one that failed was lost. They are written as escapes now."""
+    hub, room = _hub(tmp_path)
+    ok = room.create_task(LEAD, "deploy", review=False, priority=2)["id"]
+    bad = room.create_task(LEAD, "build", review=False, priority=1)["id"]
+    runs = tmp_path / "runs"
+    p = _work(hub, W, "--idle", "1", "--backoff", "0", "--", "sh", "-c",
+              f'echo "$GITDROP_TASK_TITLE" >> "{runs}"; '
+              'if [ "$GITDROP_TASK_TITLE" = deploy ]; then '
+              r'printf "\033[32mdeployed\033[0m\bOK\r\n"; '
+              r'else printf "\033[31merror: disk full\033[0m\n" >&2; exit 1; fi')
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0, e
+    got = room.task(ok)
+    assert got["state"] == "completed", got["note"]
+    assert got["note"] == "\\x1b[32mdeployed\\x1b[0m\\x08OK", got["note"]
+    got = room.task(bad)
+    assert got["state"] == "failed" and got["retries"] == 3, got
+    assert "error: disk full" in got["note"] and "\\x1b[31m" in got["note"], got["note"]
+    assert runs.read_text().split() == ["deploy"] + ["build"] * 4
+    assert "held" not in [x["event"] for x in _events(o)]
