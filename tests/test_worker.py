@@ -850,3 +850,15 @@ def test_gitdrop_work_keeps_a_result_and_an_error_with_colours_in_them(tmp_path)
     assert "error: disk full" in got["note"] and "\\x1b[31m" in got["note"], got["note"]
     assert runs.read_text().split() == ["deploy"] + ["build"] * 4
     assert "held" not in [x["event"] for x in _events(o)]
+
+
+def test_gitdrop_work_tells_the_program_the_hub_as_an_absolute_path(tmp_path):
+    """`--hub hub.git` reached the program as it was typed: one that works in another
+    directory (as it must, to commit in its repository) named no hub with it."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "elsewhere", review=False)["id"]
+    p = _work(hub, W, "--once", "--hub", "hub.git", "--", "sh", "-c",
+              'cd / && test -f "$GITDROP_HUB/HEAD" && echo "$GITDROP_HUB"', cwd=tmp_path)
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0, (o, e)
+    assert room.task(t)["note"] == hub.path, room.task(t)["note"]

@@ -33,6 +33,13 @@ def _env_text(text: str) -> str:
                              "task is the JSON on stdin]")
 
 
+def _hub_for_program(hub: str) -> str:
+    """The hub as PROGRAM is told it: a path made absolute, for a program that works
+    in another directory (its gitdrop calls, the guard's fetch) named nothing there."""
+    from ..transports.remote import is_url
+    return hub if is_url(hub) else os.path.abspath(os.path.expanduser(hub))
+
+
 def _running_path(hub: str, room: str, agent: str) -> str:
     import hashlib
     key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -163,7 +170,7 @@ def work(s: Scope,
     if not cmd:
         raise UsageError("no command given", "gitdrop work --as A -- ./handler.sh")
     agent = s.agent
-    hub = s.hub_value if s.hub_value else s.hub.path
+    hub = _hub_for_program(s.hub_value) if s.hub_value else s.hub.path
     caps = split_list(cap) if cap is not None else None
     started = {}
 
