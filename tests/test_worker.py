@@ -862,3 +862,21 @@ def test_gitdrop_work_tells_the_program_the_hub_as_an_absolute_path(tmp_path):
     o, e = p.communicate(timeout=60)
     assert p.returncode == 0, (o, e)
     assert room.task(t)["note"] == hub.path, room.task(t)["note"]
+
+
+def test_gitdrop_work_runs_a_task_whose_title_outgrows_an_environment_variable(tmp_path):
+    """A room that allows long titles: GITDROP_TASK_TITLE past 128 KB, and Linux would
+    not start the program (E2BIG) on any attempt. Cut like _BODY; stdin has it whole."""
+    hub, room = _hub(tmp_path)
+    hub.room_settings("lobby", by=LEAD, changes={"max_title": 300000, "max_file": 400000,
+                                                 "max_message": 400000})
+    t = room.create_task(LEAD, "T" * 140000, review=False)["id"]
+    out = tmp_path / "task.json"
+    p = _work(hub, W, "--once", "--", "sh", "-c",
+              f'cat > "{out}"; printf %s "$GITDROP_TASK_TITLE" | wc -c')
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0, (o, e)
+    got = room.task(t)
+    assert got["state"] == "completed", got["note"]
+    assert 16000 <= int(got["note"]) < 17000, got["note"]
+    assert json.loads(out.read_text())["title"] == "T" * 140000

@@ -82,7 +82,8 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
 
     def handler(task: dict, ctx) -> str:
         env = dict(os.environ, GITDROP_HUB=hub, GITDROP_ROOM=room, GITDROP_AGENT=agent,
-                   GITDROP_TASK_ID=str(task["id"]), GITDROP_TASK_TITLE=task["title"],
+                   GITDROP_TASK_ID=str(task["id"]),
+                   GITDROP_TASK_TITLE=_env_text(task["title"]),
                    GITDROP_TASK_BODY=_env_text(task.get("body", "")),
                    GITDROP_TASK_PRIORITY=str(task["priority"]),
                    GITDROP_TASK_TAGS=",".join(task["tags"]),
