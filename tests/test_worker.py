@@ -880,3 +880,54 @@ def test_gitdrop_work_runs_a_task_whose_title_outgrows_an_environment_variable(t
     assert got["state"] == "completed", got["note"]
     assert 16000 <= int(got["note"]) < 17000, got["note"]
     assert json.loads(out.read_text())["title"] == "T" * 140000
+
+
+def test_gitdrop_work_ends_what_a_program_left_behind_when_it_exits(tmp_path):
+    """A program that starts a server in the background and exits: the server held its
+    stdout open, and the worker waited for it (renewing the task's lease) as long as it
+    ran. What is left of its process group is ended once the program has exited."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "start the server", review=False)["id"]
+    pidfile = tmp_path / "pid"
+    sent = time.monotonic()
+    p = _work(hub, W, "--once", "--", "sh", "-c",
+              f'sleep 60 & echo $! > "{pidfile}"; echo started')
+    child = 0
+    try:
+        o, e = p.communicate(timeout=40)
+        took = time.monotonic() - sent
+        child = int(pidfile.read_text())
+        assert p.returncode == 0, (o, e)
+        assert took < 20, took
+        assert (room.task(t)["state"], room.task(t)["note"]) == ("completed", "started")
+        _until(lambda: not _running(child), 5, "the program's child to end")
+    finally:
+        _kill(p)
+        if child and _running(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_gitdrop_work_keeps_a_bounded_part_of_a_long_output(tmp_path):
+    """The whole of a program's stdout and stderr was kept in memory, three times
+    over, though a note holds 12,000 characters of it: 400 MB of output took the
+    worker to 1.2 GB. It keeps the start of stdout and the end of stderr, saying how
+    much there was."""
+    hub, room = _hub(tmp_path)
+    ok = room.create_task(LEAD, "verbose", review=False, priority=2)["id"]
+    bad = room.create_task(LEAD, "noisy failure", review=False, max_retries=0)["id"]
+    size = 150_000_000
+    p = _work(hub, W, "--idle", "1", "--", "sh", "-c",
+              f'if [ "$GITDROP_TASK_ID" = {ok} ]; then head -c {size} /dev/zero | tr "\\0" y; '
+              f'else head -c {size} /dev/zero | tr "\\0" n >&2; echo the end >&2; exit 3; fi')
+    _pid, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    o, e = p.stdout.read(), p.stderr.read()
+    assert p.returncode == 0, e
+    assert usage.ru_maxrss < 200_000, usage.ru_maxrss       # kB: not the output's size
+    note = room.task(ok)["note"]
+    assert note.split("\n")[0] == "y" * 12000, note[-200:]
+    assert f"the output had {size} bytes" in note, note[-200:]
+    note = room.task(bad)["note"]
+    assert room.task(bad)["state"] == "failed"
+    assert note.endswith("n" * 1900 + "the end"), note[-200:]
+    assert f"{size + 8} bytes" in note, note[:300]

@@ -24,6 +24,7 @@ STDERR_TAIL = 2000     # characters of its stderr kept in a failure's note
 # past 128 KB (E2BIG), so a task waiting on a dozen long results failed every attempt.
 ENV_MAX = 16000
 STOP_GRACE = 2.0       # seconds the program and its children get to end on SIGTERM
+OUTPUT_GRACE = 1.0     # seconds to read what is left of its output once its group has ended
 
 
 def _env_text(text: str) -> str:
@@ -93,8 +94,7 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
                    GITDROP_TASK_INPUT=_env_text("\n\n".join(task.get("inputs", {}).values())))
         try:   # a session of its own: a stop ends what it started too
             p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, errors="replace",
-                                 start_new_session=True)
+                                 stderr=subprocess.PIPE, start_new_session=True)
         except OSError as e:
             raise Failed(f"cannot run {argv[0]}: {e}") from None
         try:
@@ -102,8 +102,9 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
             write_whole(running, f"{p.pid} {_start_time(p.pid)}\n".encode(), 0o600)
         except OSError:
             pass   # not kept: a kill -9 of this worker would leave the program running
+        out, err = _Kept(head=RESULT_MAX * 4), _Kept(tail=STDERR_TAIL * 4)
         try:
-            out, err = p.communicate(json.dumps(task, default=str))
+            _run(p, json.dumps(task, default=str).encode("utf-8", "surrogatepass"), out, err)
         except BaseException:   # stopped (SIGTERM, SIGINT): the task goes back to others
             _end_group(p)
             raise
@@ -113,13 +114,101 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
             except FileNotFoundError:
                 pass
         if p.returncode != 0:
-            tail = err.strip()[-STDERR_TAIL:]
-            raise Failed(f"{argv[0]} exited {p.returncode}" + (f":\n{tail}" if tail else ""))
-        out = out.strip()
-        if len(out) > RESULT_MAX:
-            out = out[:RESULT_MAX] + f"\n[... {len(out) - RESULT_MAX} more characters]"
-        return out or "done"
+            said = f"{argv[0]} exited {p.returncode}"
+            tail = err.last(max(200, STDERR_TAIL - len(said) - 2))   # the note keeps 2,000
+            raise Failed(said + (f":\n{tail}" if tail else ""))
+        return out.first(RESULT_MAX) or "done"
     return handler
+
+
+class _Kept:
+    """What is kept of one of a program's outputs as it is read: its first `head` and
+    last `tail` bytes, and how many it had in all (a note holds a few thousand
+    characters; the whole output, kept, cost the worker three times its size)."""
+
+    def __init__(self, head: int = 0, tail: int = 0):
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+        self._head, self._tail = head, tail
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._head - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self._tail:
+            self.tail += data[-self._tail:]
+            del self.tail[:-self._tail]
+
+    def first(self, chars: int) -> str:
+        """Its start, stripped, at most `chars` characters, saying what was cut."""
+        text = _text(self.head)
+        whole = len(self.head) == self.total
+        text = text.strip() if whole else text.lstrip()
+        if whole and len(text) <= chars:
+            return text
+        return text[:chars] + (f"\n[... cut at {chars} characters: the output had "
+                               f"{self.total} bytes]")
+
+    def last(self, chars: int) -> str:
+        """Its end, stripped, in `chars` characters at most, saying what was cut."""
+        text = _text(self.head + self.tail).strip()
+        if len(self.head) + len(self.tail) == self.total and len(text) <= chars:
+            return text
+        said = f"[... cut: {self.total} bytes in all, the last of them here]\n"
+        return said + text[-max(0, chars - len(said)):]
+
+
+def _text(data: bytes) -> str:
+    # as text mode reads it: undecodable bytes replaced, every line break a newline
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _run(p: subprocess.Popen, given: bytes, out: _Kept, err: _Kept) -> None:
+    """Hand `given` to the program's stdin and read its stdout and stderr into `out`
+    and `err` until it exits. Then what it left in its process group (a server
+    started in the background) is ended: it would hold the output open, and the
+    worker and the task's lease with it, as long as it ran."""
+    import threading
+    pipes = [threading.Thread(target=_feed, args=(p.stdin, given), daemon=True),
+             threading.Thread(target=_drain, args=(p.stdout, out), daemon=True),
+             threading.Thread(target=_drain, args=(p.stderr, err), daemon=True)]
+    for t in pipes:
+        t.start()
+    _exited(p)
+    _end_group(p)
+    for t in pipes:   # a process outside its group may still hold them: not waited for
+        t.join(OUTPUT_GRACE)
+
+
+def _exited(p: subprocess.Popen) -> None:
+    """Wait for the program to exit, leaving it unreaped where the system allows: its
+    pid, and so its group's number, stays its own while the rest are ended."""
+    if hasattr(os, "waitid"):
+        try:
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+            return
+        except ChildProcessError:
+            pass
+    p.wait()
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+    except OSError:
+        pass   # the program did not read it all: its choice
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def _drain(pipe, kept: _Kept) -> None:
+    fd = pipe.fileno()
+    while data := os.read(fd, 65536):
+        kept.add(data)
 
 
 def _end_group(p: subprocess.Popen) -> None:
