@@ -19,11 +19,14 @@
   with their control characters (a colour, a backspace) written as escapes;
 - a task it has in progress when it starts (an earlier run of it died mid-task) is
   given back as a failed attempt, so that it is retried rather than held forever;
+  with a `ledger` (gitdrop work's), one another live worker of the agent is on is
+  left to it, and passed over;
 - between tasks it sleeps on the notifier (any commit in the room wakes it), with a
   timer only for what time alone changes: a backoff running out, a lease expiring.
   Expired leases in the room are reaped by the worker itself.
 """
 
+import contextlib
 import math
 import signal
 import threading
@@ -97,15 +100,35 @@ def wait_for_answer(hub_spec, room, tid: str, timeout=None, stopping=None) -> st
         n.stop()
 
 
+class Alone:
+    """The ledger of a worker told of no other worker of its agent: every task of the
+    agent in progress before it took one is an earlier run's. A ledger shared by the
+    workers of an agent (gitdrop.cli.work.Ledger) says which tasks others are on."""
+
+    def claiming(self):
+        """Held while the worker claims a task and holds it (a lock the workers share)."""
+        return contextlib.nullcontext()
+
+    def others(self) -> dict:
+        """{task: pid} of the agent's other live workers."""
+        return {}
+
+    def hold(self, tid: str) -> None:
+        """The task this worker is on now ("": none)."""
+
+
 class Worker:
     def __init__(self, hub, room: str, agent: str, handler, caps=None, tags=(),
-                 backoff: float = BACKOFF, idle: float | None = None, on_event=None):
+                 backoff: float = BACKOFF, idle: float | None = None, on_event=None,
+                 ledger=None):
         """`hub`: a Hub, or a path or git URL. `caps`: declared on start (None: keep
         the agent's). `tags`: only tasks with one of them. `idle`: run() returns after
         that many seconds with nothing ready (None: never). `on_event(dict)`: told of
         every step (claimed, started, done, failed, released, lost: the task was moved
         by someone else meanwhile, held: it could neither hand in nor give back the
-        task, reaped, error: a round lost to a busy room or a refusal, idle, stopped)."""
+        task, reaped, error: a round lost to a busy room or a refusal, idle, stopped,
+        busy: a task in progress another worker of the agent is on, left to it).
+        `ledger`: what the agent's workers on this machine are on (see Alone)."""
         from .opener import open_hub
         self.hub = open_hub(hub, create=False) if isinstance(hub, str) else hub
         self.hub_spec = hub if isinstance(hub, str) else self.hub.path
@@ -122,6 +145,8 @@ class Worker:
         self._in_handler = False
         self._ready_once = False
         self._held = {}   # task id -> (monotonic end, times): passed over until then
+        self.ledger = ledger or Alone()
+        self._left_seen = False
 
     # --- one task ------------------------------------------------------------
     def _prepare(self) -> None:
@@ -132,22 +157,42 @@ class Worker:
         if me is None or (self.caps is not None and me["caps"] != self.caps):
             self.room.register(self.agent, (), "", caps=self.caps)
         self._ready_once = True
-        # A task this agent has in progress before it took any is an earlier run's that
-        # died mid-task (killed, crashed). Nobody would ever finish it: this worker
-        # only takes assigned and pending tasks, and its acts keep the lease alive, so
-        # no one reaps it either. Count the lost attempt as a failed one, as a reap does.
+
+    def _give_back_left(self, others: dict) -> None:
+        """A task this agent has in progress before it took any, and no other live
+        worker of it is on, is an earlier run's that died mid-task (killed, crashed).
+        Nobody would ever finish it: this worker only takes assigned and pending
+        tasks, and its acts keep the lease alive, so no one reaps it either. Count the
+        lost attempt as a failed one, as a reap does."""
+        if self._left_seen:
+            return
+        self._left_seen = True
         for t in self.room.list_tasks(state="in_progress", assignee=self.agent):
+            if str(t["id"]) in others:
+                self._emit("busy", t, pid=others[str(t["id"])])
+                continue
             self._failed(t, "the worker restarted: an earlier run of it died mid-task")
 
     def run_once(self) -> dict | None:
         """Take one task and see it through; None when nothing is ready."""
         self._prepare()
-        now = time.monotonic()
-        got = self.room.claim_next(self.agent, tag=",".join(self.tags),
-                                   skip=[t for t, (end, _n) in self._held.items() if end > now])
-        tid = got["task"]
-        if not tid:
-            return None
+        with self.ledger.claiming():   # no other worker of the agent looks meanwhile
+            others = self.ledger.others()
+            self._give_back_left(others)
+            now = time.monotonic()
+            got = self.room.claim_next(self.agent, tag=",".join(self.tags), skip=[
+                *(t for t, (end, _n) in self._held.items() if end > now), *others])
+            tid = got["task"]
+            if not tid:
+                return None
+            self.ledger.hold(tid)
+        try:
+            return self._see_through(tid)
+        finally:
+            self.current = ""
+            self.ledger.hold("")
+
+    def _see_through(self, tid: str) -> dict:
         task = self.room.task(tid)
         if tid in self._held and task["state"] == "in_progress":
             # its result was lost: give it back as a failed attempt, do not run it again
@@ -155,22 +200,19 @@ class Worker:
                                 "its result")
         self._emit("claimed", task)
         self.current = tid
-        try:
-            if task["state"] == "assigned":
-                try:
-                    self.room.move_task(self.agent, tid, "start")
-                except Refusal as e:   # waits for a handshake or a sign-off: give it back
-                    self._give_back(tid, f"cannot start yet: {e.reason}")
-                    return self._emit("released", task, reason=e.reason, rule=e.rule,
-                                      retry_in=self._hold(tid))
-                self._held.pop(tid, None)
-                task = self.room.task(tid)
-            # what the tasks it waited on handed in: a pipeline's input
-            task["inputs"] = {d: self.room.task(d)["note"] for d in task["after"]}
-            self._emit("started", task)
-            return self._run_handler(task)
-        finally:
-            self.current = ""
+        if task["state"] == "assigned":
+            try:
+                self.room.move_task(self.agent, tid, "start")
+            except Refusal as e:   # waits for a handshake or a sign-off: give it back
+                self._give_back(tid, f"cannot start yet: {e.reason}")
+                return self._emit("released", task, reason=e.reason, rule=e.rule,
+                                  retry_in=self._hold(tid))
+            self._held.pop(tid, None)
+            task = self.room.task(tid)
+        # what the tasks it waited on handed in: a pipeline's input
+        task["inputs"] = {d: self.room.task(d)["note"] for d in task["after"]}
+        self._emit("started", task)
+        return self._run_handler(task)
 
     def _run_handler(self, task: dict) -> dict:
         tid = str(task["id"])

@@ -931,3 +931,46 @@ def test_gitdrop_work_keeps_a_bounded_part_of_a_long_output(tmp_path):
     assert room.task(bad)["state"] == "failed"
     assert note.endswith("n" * 1900 + "the end"), note[-200:]
     assert f"{size + 8} bytes" in note, note[:300]
+
+
+def test_two_gitdrop_work_loops_of_one_agent_leave_each_other_s_task_alone(tmp_path):
+    """A second `gitdrop work` of the same agent, room and hub took the first one's
+    live program for one a killed worker left: it ended it, and failed its task as
+    an earlier run's that died mid-task. Only a program whose worker is gone is."""
+    hub, room = _hub(tmp_path)
+    first = room.create_task(LEAD, "first", review=False, priority=2)["id"]
+    flag, pids = tmp_path / "go", tmp_path / "pids"
+    prog = ["sh", "-c", f'echo $$ >> "{pids}"; while [ ! -e "{flag}" ]; do sleep 0.05; done; '
+            'echo "did $GITDROP_TASK_TITLE"']
+    env = dict(_env(hub, W), HOME=str(tmp_path))   # where workers record their programs
+
+    def work(*args):
+        return subprocess.Popen([*ENTRY, "work", "--json", *args, "--", *prog], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, env=env)
+    a = work("--idle", "2")
+    try:
+        _until(lambda: pids.exists() and pids.read_text().strip(), 30, "the first program")
+        program = int(pids.read_text())
+        second = room.create_task(LEAD, "second", review=False, priority=1)["id"]
+        b = work("--idle", "3")
+        _until(lambda: len(pids.read_text().split()) == 2, 30, "the second program")
+        assert _running(program) and room.task(first)["state"] == "in_progress"
+        flag.touch()
+        ob, eb = b.communicate(timeout=60)
+        oa, ea = a.communicate(timeout=60)
+    finally:
+        _kill(a)
+        for pid in (pids.read_text().split() if pids.exists() else []):
+            if _running(int(pid)):
+                os.killpg(int(pid), signal.SIGKILL)
+    assert (a.returncode, b.returncode) == (0, 0), (ea, eb)
+    assert [(x["event"], x["task"]) for x in _events(oa)][:3] == \
+        [("claimed", first), ("started", first), ("done", first)], oa
+    busy = [x for x in _events(ob) if x["event"] == "busy"]
+    assert [(x["task"], x["pid"]) for x in busy] == [(first, a.pid)], ob
+    assert [x["task"] for x in _events(ob) if x["event"] == "claimed"] == [second], ob
+    for t, title in ((first, "first"), (second, "second")):
+        got = room.task(t)
+        assert (got["state"], got["note"], got["retries"]) == ("completed", f"did {title}", 0)
+    assert "ended the program" not in eb, eb

@@ -1,5 +1,6 @@
 """`gitdrop work`: the worker loop for any program (gitdrop/worker.py does the work)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -41,45 +42,130 @@ def _hub_for_program(hub: str) -> str:
     return hub if is_url(hub) else os.path.abspath(os.path.expanduser(hub))
 
 
-def _running_path(hub: str, room: str, agent: str) -> str:
-    import hashlib
-    key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return os.path.join(os.path.expanduser("~"), ".gitdrop", "work", key + ".running")
+class Ledger:
+    """What each `gitdrop work` of one agent, room and hub on this machine works on, a
+    file each under ~/.gitdrop/work/: the worker (its pid and start time), its task
+    and its program. A worker killed outright (-9, the OOM killer) leaves its program
+    running, in a session of its own, and its task in progress: the next worker ends
+    the one and gives back the other. A worker still alive is left alone: a second
+    one of the agent ended the first's program and took its task for left behind.
+    Claims are made under a lock the workers share, so that no task is between its
+    claim and its record when another worker looks."""
+
+    def __init__(self, hub: str, room: str, agent: str):
+        import hashlib
+        from ..combine import _me
+        key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode("utf-8", "surrogatepass"))
+        self.key = key.hexdigest()[:16]
+        self.dir = os.path.join(os.path.expanduser("~"), ".gitdrop", "work")
+        self.me = _me()
+        self.path = os.path.join(self.dir, f"{self.key}.{self.me[0]}.running")
+        self.task, self.program = "", (0, 0)
+
+    @contextlib.contextmanager
+    def claiming(self):
+        import fcntl
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            fd = os.open(os.path.join(self.dir, self.key + ".lock"),
+                         os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError:
+            yield   # no lock to share: as a lone worker
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def hold(self, tid: str) -> None:
+        """This worker's task now ("": none)."""
+        self.task, self.program = tid, (0, 0)
+        self._write()
+
+    def running(self, pid: int) -> None:
+        """Its program now (0: none)."""
+        from ..combine import _start_time
+        self.program = (pid, _start_time(pid)) if pid else (0, 0)
+        self._write()
+
+    def _write(self) -> None:
+        from ..files import write_whole
+        try:
+            if not self.task and not self.program[0]:
+                os.unlink(self.path)
+                return
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            write_whole(self.path, (f"{self.program[0]} {self.program[1]} {self.me[0]} "
+                                    f"{self.me[1]} {self.task}\n").encode(), 0o600)
+        except OSError:
+            pass   # not kept: a kill -9 of this worker would leave the program running
+
+    def _records(self):
+        """(path, program, worker, task) of each other record of this agent. One
+        written before workers were recorded names no worker: its worker is gone."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if not name.startswith(self.key + ".") or not name.endswith(".running") or \
+                    path == self.path:
+                continue
+            try:
+                with open(path) as f:
+                    words = f.read().split()
+                nums = [int(x) for x in words[:4]] + [0] * (4 - len(words[:4]))
+            except (OSError, ValueError):
+                continue
+            yield path, tuple(nums[:2]), tuple(nums[2:4]), " ".join(words[4:])
+
+    def others(self) -> dict:
+        """{task: pid} of the other workers of this agent alive and on a task."""
+        return {task: worker[0] for _p, _prog, worker, task in self._records()
+                if task and _worker_alive(*worker)}
+
+    def end_left(self) -> list[int]:
+        """End the programs of workers gone (their whole process groups) and forget
+        them; the pids ended."""
+        ended = []
+        with self.claiming():
+            for path, (pid, start), worker, _task in self._records():
+                if _worker_alive(*worker):
+                    continue   # its own worker ends it
+                if pid > 0 and start > 0 and _alive(pid, start):
+                    _end_pgid(pid)
+                    ended.append(pid)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        return ended
+
+    def close(self) -> None:
+        self.hold("")
 
 
-def end_orphan(path: str) -> int:
-    """The program a worker of this agent left running when it was killed (-9, the
-    OOM killer): it runs in a session of its own, out of the kill's reach, and the
-    next worker gave its task back and ran it again beside it. Ended (its whole
-    process group) before this worker takes work; returns its pid, or 0."""
+def _worker_alive(pid: int, start: int) -> bool:
+    """Whether a worker recorded is alive; where the system does not say when a
+    process started, any process with its pid is taken for it."""
+    from ..combine import _alive as alive
+    return pid > 0 and alive(pid, start)
+
+
+def _alive(pid: int, start: int) -> bool:
+    """Whether `pid` is the process that started at `start` (not a later one with
+    its number)."""
     from ..combine import _start_time
-    try:
-        with open(path) as f:
-            pid, start = (int(x) for x in f.read().split())
-    except (OSError, ValueError):
-        return 0
-    alive = start > 0 and _start_time(pid) == start   # not a later process with its number
-    if alive:
-        _end_pgid(pid)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return pid if alive else 0
+    return pid > 0 and start > 0 and _start_time(pid) == start
 
 
-def shell_handler(argv: list[str], hub: str, room: str, agent: str):
+def shell_handler(argv: list[str], hub: str, room: str, agent: str, ledger: Ledger):
     """Run `argv` per task: the task as JSON on stdin and in GITDROP_TASK_* variables;
     exit 0 hands in its stdout as the result, any other exit fails the attempt with
-    the tail of its stderr."""
-    from ..combine import _start_time
-    from ..files import write_whole
+    the tail of its stderr. Its program is kept in `ledger` while it runs."""
     from ..worker import Failed
-    running = _running_path(hub, room, agent)
-    ended = end_orphan(running)
-    if ended:
-        print(f"gitdrop work: ended the program a killed worker left running (pid {ended})",
-              file=sys.stderr)
 
     def handler(task: dict, ctx) -> str:
         env = dict(os.environ, GITDROP_HUB=hub, GITDROP_ROOM=room, GITDROP_AGENT=agent,
@@ -97,11 +183,7 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
                                  stderr=subprocess.PIPE, start_new_session=True)
         except OSError as e:
             raise Failed(f"cannot run {argv[0]}: {e}") from None
-        try:
-            os.makedirs(os.path.dirname(running), mode=0o700, exist_ok=True)
-            write_whole(running, f"{p.pid} {_start_time(p.pid)}\n".encode(), 0o600)
-        except OSError:
-            pass   # not kept: a kill -9 of this worker would leave the program running
+        ledger.running(p.pid)
         out, err = _Kept(head=RESULT_MAX * 4), _Kept(tail=STDERR_TAIL * 4)
         try:
             _run(p, json.dumps(task, default=str).encode("utf-8", "surrogatepass"), out, err)
@@ -109,10 +191,7 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str):
             _end_group(p)
             raise
         finally:
-            try:
-                os.unlink(running)
-            except FileNotFoundError:
-                pass
+            ledger.running(0)
         if p.returncode != 0:
             said = f"{argv[0]} exited {p.returncode}"
             tail = err.last(max(200, STDERR_TAIL - len(said) - 2))   # the note keeps 2,000
@@ -286,6 +365,8 @@ def work(s: Scope,
             "held": f"task {tid}: {paint('could neither hand it in nor give it back', 'red')}: "
                     f"{' '.join(ev.get('reason', '').split())[:160]}; passed over for "
                     f"{ev.get('retry_in')} s",
+            "busy": f"task {tid}: another worker of {agent} is on it (pid {ev.get('pid')}); "
+                    "left to it",
             "reaped": f"task {tid}: reaped (its holder's lease expired)",
             "error": f"{' '.join(ev.get('error', '').split())[:160]}; trying again",
             "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
@@ -295,8 +376,21 @@ def work(s: Scope,
             print(line, file=sys.stderr if what in ("idle", "stopped", "error") else sys.stdout,
                   flush=True)
 
-    w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent),
-               caps=caps, tags=split_list(tag), backoff=backoff, idle=idle, on_event=show)
+    ledger = Ledger(hub, s.room_name, agent)
+    for pid in ledger.end_left():
+        print(f"gitdrop work: ended the program a killed worker left running (pid {pid})",
+              file=sys.stderr)
+    w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent, ledger),
+               caps=caps, tags=split_list(tag), backoff=backoff, idle=idle, on_event=show,
+               ledger=ledger)
+    try:
+        _work(s, w, once, tag, show)
+    finally:
+        ledger.close()
+
+
+def _work(s: Scope, w, once: bool, tag, show) -> None:
+    agent = w.agent
     if once:
         ev = w.run_once()
         if ev is None:
