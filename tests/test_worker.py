@@ -974,3 +974,29 @@ def test_two_gitdrop_work_loops_of_one_agent_leave_each_other_s_task_alone(tmp_p
         got = room.task(t)
         assert (got["state"], got["note"], got["retries"]) == ("completed", f"did {title}", 0)
     assert "ended the program" not in eb, eb
+
+
+def test_gitdrop_work_timeout_ends_a_program_that_runs_too_long(tmp_path):
+    """A program that hangs held its task (its lease renewed by the worker) for as
+    long as it hung: --timeout ends it, and what it started, and fails the attempt."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "hang", review=False, max_retries=0)["id"]
+    quick = room.create_task(LEAD, "quick", review=False)["id"]
+    pidfile = tmp_path / "pid"
+    p = _work(hub, W, "--idle", "1", "--timeout", "1", "--", "sh", "-c",
+              f'if [ "$GITDROP_TASK_TITLE" = hang ]; then sleep 60 & echo $! > "{pidfile}"; '
+              'echo stuck >&2; wait; fi; echo fine')
+    child = 0
+    try:
+        o, e = p.communicate(timeout=40)
+        child = int(pidfile.read_text())
+        assert p.returncode == 0, (o, e)
+        assert room.task(t)["state"] == "failed", room.task(t)
+        assert "ran past --timeout (1 s)" in room.task(t)["note"] and \
+            "stuck" in room.task(t)["note"], room.task(t)["note"]
+        assert (room.task(quick)["state"], room.task(quick)["note"]) == ("completed", "fine")
+        _until(lambda: not _running(child), 5, "the program's child to end")
+    finally:
+        _kill(p)
+        if child and _running(child):
+            os.kill(child, signal.SIGKILL)

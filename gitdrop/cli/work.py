@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import sys
 import time
 from typing import Annotated, Optional
@@ -161,10 +162,12 @@ def _alive(pid: int, start: int) -> bool:
     return pid > 0 and start > 0 and _start_time(pid) == start
 
 
-def shell_handler(argv: list[str], hub: str, room: str, agent: str, ledger: Ledger):
+def shell_handler(argv: list[str], hub: str, room: str, agent: str, ledger: Ledger,
+                  timeout: float | None = None):
     """Run `argv` per task: the task as JSON on stdin and in GITDROP_TASK_* variables;
     exit 0 hands in its stdout as the result, any other exit fails the attempt with
-    the tail of its stderr. Its program is kept in `ledger` while it runs."""
+    the tail of its stderr, and so does a run past `timeout` seconds (the program and
+    what it started are ended). Its program is kept in `ledger` while it runs."""
     from ..worker import Failed
 
     def handler(task: dict, ctx) -> str:
@@ -185,13 +188,29 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str, ledger: Ledg
             raise Failed(f"cannot run {argv[0]}: {e}") from None
         ledger.running(p.pid)
         out, err = _Kept(head=RESULT_MAX * 4), _Kept(tail=STDERR_TAIL * 4)
+        late = threading.Event()
+
+        def too_long():   # the program is left unreaped (_exited): its group is its own
+            late.set()
+            _end_pgid(p.pid)
+        timer = threading.Timer(timeout, too_long) if timeout else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
-            _run(p, json.dumps(task, default=str).encode("utf-8", "surrogatepass"), out, err)
+            _run(p, json.dumps(task, default=str).encode("utf-8", "surrogatepass"), out, err,
+                 timer)
         except BaseException:   # stopped (SIGTERM, SIGINT): the task goes back to others
             _end_group(p)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             ledger.running(0)
+        if late.is_set():
+            said = f"{argv[0]} ran past --timeout ({timeout:g} s) and was ended"
+            tail = err.last(max(200, STDERR_TAIL - len(said) - 2))
+            raise Failed(said + (f":\n{tail}" if tail else ""))
         if p.returncode != 0:
             said = f"{argv[0]} exited {p.returncode}"
             tail = err.last(max(200, STDERR_TAIL - len(said) - 2))   # the note keeps 2,000
@@ -243,18 +262,21 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _run(p: subprocess.Popen, given: bytes, out: _Kept, err: _Kept) -> None:
+def _run(p: subprocess.Popen, given: bytes, out: _Kept, err: _Kept, timer=None) -> None:
     """Hand `given` to the program's stdin and read its stdout and stderr into `out`
     and `err` until it exits. Then what it left in its process group (a server
     started in the background) is ended: it would hold the output open, and the
     worker and the task's lease with it, as long as it ran."""
-    import threading
     pipes = [threading.Thread(target=_feed, args=(p.stdin, given), daemon=True),
              threading.Thread(target=_drain, args=(p.stdout, out), daemon=True),
              threading.Thread(target=_drain, args=(p.stderr, err), daemon=True)]
     for t in pipes:
         t.start()
     _exited(p)
+    if timer is not None:
+        timer.cancel()
+        if timer.is_alive():   # ending the group already: let it finish first
+            timer.join()
     _end_group(p)
     for t in pipes:   # a process outside its group may still hold them: not waited for
         t.join(OUTPUT_GRACE)
@@ -329,7 +351,11 @@ def work(s: Scope,
              "(default: wait for work forever).", show_default=False)] = None,
          backoff: Annotated[float, typer.Option(
              "--backoff", metavar="SECONDS", min=0, help="Before a failed task is offered again, "
-             "or one it cannot start is looked at again; doubles each time.")] = 10.0):
+             "or one it cannot start is looked at again; doubles each time.")] = 10.0,
+         timeout: Annotated[Optional[float], typer.Option(
+             "--timeout", metavar="SECONDS", min=0.001, help="End PROGRAM (and what it "
+             "started) after this long on one task: a failed attempt (default: no limit).",
+             show_default=False)] = None):
     """Work tasks with a program, one at a time: claim the best ready task, run PROGRAM,
     submit its output (or complete it, for a task without review), or on failure give it
     back to be retried after a backoff (failed once its retries are used up). Sleeps on
@@ -380,7 +406,7 @@ def work(s: Scope,
     for pid in ledger.end_left():
         print(f"gitdrop work: ended the program a killed worker left running (pid {pid})",
               file=sys.stderr)
-    w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent, ledger),
+    w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent, ledger, timeout),
                caps=caps, tags=split_list(tag), backoff=backoff, idle=idle, on_event=show,
                ledger=ledger)
     try:
