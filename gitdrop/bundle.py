@@ -22,7 +22,9 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -39,6 +41,7 @@ SCRATCH = os.path.join("gitdrop", "tmp")   # under the hub's git directory
 OWNER = "owner.lock"   # flocked by the process using a scratch for its whole life
 NEW = ".new-"          # a scratch not yet locked by its owner
 YOUNG = 60.0           # seconds such a one is left alone
+STDOUT = "-"           # export's FILE for standard output
 
 
 def _git(git_dir: str, *args, check=True) -> subprocess.CompletedProcess:
@@ -119,14 +122,14 @@ def teams_needed(view) -> list[str]:
 
 def export(store, room: str, path: str) -> dict:
     """Write room `room` of `store` (a hub or a remote hub's mirror) to a bundle at
-    `path` (a directory: ROOM.bundle in it)."""
+    `path` (a directory: ROOM.bundle in it; "-": standard output)."""
     import pygit2
     ref = store.room_ref(room)
     tip = store.room_tip(room)
-    out = os.path.abspath(path)
-    if os.path.isdir(out):
+    out = STDOUT if path == STDOUT else os.path.abspath(path)
+    if out != STDOUT and os.path.isdir(out):
         out = os.path.join(out, f"{room}.bundle")
-    if not os.path.isdir(os.path.dirname(out)):
+    if out != STDOUT and not os.path.isdir(os.path.dirname(out)):
         raise UsageError(f"no directory {os.path.dirname(out)} to write {os.path.basename(out)} in",
                          "give a file in a directory that exists")
     view = store.view(room)
@@ -146,6 +149,17 @@ def export(store, room: str, path: str) -> dict:
         teams_commit = repo.create_commit(TEAMS_REF, sig, sig, f"teams of room {room}\n",
                                           tb.write(), [])
         repo.references.create(ref, pygit2.Oid(hex=tip))
+        _write_bundle(tmp, out, ref)
+    return {"room": room, "file": out, "tip": tip, "teams": teams,
+            "teams_commit": str(teams_commit)}
+
+
+def _write_bundle(tmp: str, out: str, ref: str) -> None:
+    """The bundle of `ref` and the teams (in scratch `tmp`) at `out`. A new or
+    regular file is replaced whole (a part file renamed over it: a reader never
+    sees half a bundle); anything else there (a link, a FIFO, a terminal, "-" for
+    stdout) is written into as a shell redirection would, not replaced."""
+    if out != STDOUT and _replaceable(out):
         part = out + ".part"
         try:
             _git(tmp, "bundle", "create", "--quiet", part, ref, TEAMS_REF)
@@ -156,8 +170,29 @@ def export(store, room: str, path: str) -> dict:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(part)
-    return {"room": room, "file": out, "tip": tip, "teams": teams,
-            "teams_commit": str(teams_commit)}
+        return
+    made = os.path.join(tmp, "room.bundle")
+    _git(tmp, "bundle", "create", "--quiet", made, ref, TEAMS_REF)
+    try:
+        with open(made, "rb") as src:
+            if out == STDOUT:
+                sys.stdout.flush()
+                shutil.copyfileobj(src, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+            else:
+                with open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    except OSError as e:
+        raise UsageError(f"cannot write {out}: {e.strerror}", "give a file you may write") \
+            from None
+
+
+def _replaceable(path: str) -> bool:
+    """Nothing at `path`, or a regular file (not a link to one)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def _heads(path: str) -> tuple[str, str, str]:

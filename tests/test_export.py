@@ -7,6 +7,7 @@ as it arrives; an import that loses a race or is killed leaves nothing half done
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -472,3 +473,50 @@ def test_an_import_registers_only_the_rooms_teams_and_takes_only_commits(source,
     refused, p = cli(c.path, "room", "import", odd, ok=False)
     assert refused["rule"] == "format" and "not a commit" in refused["reason"], p.stderr
     assert "Traceback" not in p.stderr and state(c.path) == before
+
+
+def test_export_writes_through_a_link_a_fifo_and_stdout(source, tmp_path):
+    """A FILE that is not a regular file is written into, as a shell redirection
+    would: a link keeps pointing where it did (its target gets the bundle), a FIFO
+    stays a FIFO and its reader gets the bundle, "-" is standard output. They were
+    replaced by a regular file (as root, /dev/stdout itself)."""
+    import threading
+    b = hubmod.init(str(tmp_path / "b.git"))
+    head = f"# v2 git bundle\n{source.store.room_tip('dev')} refs/heads/rooms/dev\n".encode()
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / "dev.bundle").write_text("old backup\n")
+    link = tmp_path / "latest.bundle"
+    link.symlink_to(backup / "dev.bundle")
+    cli(source.path, "room", "export", "dev", str(link))
+    assert os.path.islink(link) and os.readlink(link) == str(backup / "dev.bundle")
+    assert (backup / "dev.bundle").read_bytes().startswith(head)
+    cli(b.path, "room", "import", str(backup / "dev.bundle"))
+    assert log(b.path) == log(source.path)
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    cli(source.path, "room", "export", "dev", fifo)
+    reader.join(30)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert got and got[0].startswith(head) and len(got[0]) > 1000
+    assert sorted(os.listdir(tmp_path)) == ["a.git", "b.git", "backup", "latest.bundle",
+                                            "pipe"]
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", source.path, "room",
+                        "export", "dev", "-"], capture_output=True, cwd=str(tmp_path),
+                       env=dict(os.environ, NO_COLOR="1"))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(head) and b"written to standard output" in p.stderr
+    piped = tmp_path / "piped.bundle"
+    piped.write_bytes(p.stdout)
+    c = hubmod.init(str(tmp_path / "c.git"))
+    cli(c.path, "room", "import", str(piped))
+    assert log(c.path) == log(source.path)
+    assert not os.path.exists(tmp_path / "-")
+    # a regular file is still replaced whole
+    plain = tmp_path / "plain.bundle"
+    plain.write_text("old\n")
+    cli(source.path, "room", "export", "dev", str(plain))
+    assert plain.read_bytes().startswith(head) and not os.path.exists(f"{plain}.part")

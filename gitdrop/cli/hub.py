@@ -1,5 +1,6 @@
 """The hub: teams, the lifecycle of rooms (each a branch), reaping and verifying."""
 
+import contextlib
 import sys
 from typing import Annotated, Optional
 
@@ -229,10 +230,11 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
 
 @command(room_app, "export")
 def room_export(s: Scope, name: Annotated[str, typer.Argument(help="The room.")],
-                file: Annotated[str, typer.Argument(help="The bundle to write.")]):
+                file: Annotated[str, typer.Argument(
+                    help="The bundle to write (a directory: NAME.bundle in it; -: stdout).")]):
     """Write a room to one file (a git bundle): its whole history and the team
     registry entries its teams need, for gitdrop room import on another hub."""
-    from ..bundle import export
+    from ..bundle import STDOUT, export
     store = s.hub.store
     if hasattr(store, "refresh"):
         store.refresh(force=True)   # a remote hub: its newest state
@@ -240,8 +242,13 @@ def room_export(s: Scope, name: Annotated[str, typer.Argument(help="The room.")]
             raise UsageError(f"room {name} has writes queued here that the hub has not "
                              "taken yet", "send them first (gitdrop sync), then export")
     r = export(store, name, file)
-    s.emit(r, f"room {name} (tip {short_id(r['tip'])}, teams: {', '.join(r['teams']) or 'none'}) "
-              f"written to {r['file']}\nnext: gitdrop --hub OTHER room import {file}")
+    to_stdout = file == STDOUT
+    where = "standard output" if to_stdout else r["file"]
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        # "-": stdout holds the bundle, so what is said about it goes to stderr
+        s.emit(r, f"room {name} (tip {short_id(r['tip'])}, teams: "
+                  f"{', '.join(r['teams']) or 'none'}) written to {where}\n"
+                  f"next: gitdrop --hub OTHER room import {'FILE' if to_stdout else file}")
 
 
 @command(room_app, "import")
