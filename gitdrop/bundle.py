@@ -503,6 +503,7 @@ def _plan_teams(hub, repo, teams_commit: str, needed: set) -> list[dict]:
         if doc.get("name") != name or not isinstance(doc.get("lead"), str):
             raise Refusal("format", f"teams/{e.name} in the bundle does not describe team "
                           f"{name}", "export the room again")
+        _check_team_file(e.name, name, doc)
         here = hub.team(name, missing_ok=True)
         if here is None:
             out.append({"name": name, "lead": doc["lead"], "members": list(doc["members"]),
@@ -513,6 +514,27 @@ def _plan_teams(hub, repo, teams_commit: str, needed: set) -> list[dict]:
                           f"ask {here['lead']} to hand the team over (gitdrop team create "
                           f"{name} --lead {doc['lead']} --as {here['lead']}), then import again")
     return out
+
+
+def _check_team_file(file: str, team: str, doc: dict) -> None:
+    """What the registry's rules (hubrules.check) ask of a team file's fields, asked
+    here first: its lead signs the team's commit before those rules see it (a
+    signature takes no "<" and no empty name), and its members are read as a list."""
+    def refuse(reason: str, fix: str):
+        raise Refusal("format", f"teams/{file} in the bundle: {reason}",
+                      f"{fix}; or export the room again (gitdrop room export)")
+    for k, v in doc.items():
+        if k not in hubrules.TEAM_FIELDS or type(v) is not type(hubrules.TEAM_FIELDS[k]):
+            refuse(f"team field {k!r} is unknown or of the wrong type",
+                   "fields: name, lead, members (a list), created")
+    if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
+        refuse(f"the lead of team {team} must be {team}/<name>, not {doc['lead']!r}",
+               f"name an agent of team {team} as its lead")
+    bad = [m for m in doc["members"] if not isinstance(m, str) or not model.is_agent_id(m)
+           or model.split_agent(m)[0] != team]
+    if bad:
+        refuse(f"members of team {team} are {team}/<name>, not {bad[0]!r}",
+               f"list only agents of team {team}")
 
 
 def _commit_teams(repo, hub_tip: str, missing: list[dict]) -> str:

@@ -520,3 +520,45 @@ def test_export_writes_through_a_link_a_fifo_and_stdout(source, tmp_path):
     plain.write_text("old\n")
     cli(source.path, "room", "export", "dev", str(plain))
     assert plain.read_bytes().startswith(head) and not os.path.exists(f"{plain}.part")
+
+
+def with_teams_file(source, bundle, tmp_path, text):
+    """The exported bundle with its teams/core.toml holding `text`."""
+    work = str(tmp_path / "teams.git")
+    git("init", "-q", "--bare", work)
+    git("fetch", "-q", bundle, "refs/heads/rooms/dev:refs/heads/rooms/dev", cwd=work)
+    repo = pygit2.Repository(work)
+    sub = repo.TreeBuilder()
+    sub.insert("core.toml", repo.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB)
+    top = repo.TreeBuilder()
+    top.insert("teams", sub.write(), pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("hub/admin", "admin@hub.gitdrop")
+    repo.create_commit("refs/gitdrop/export/teams", sig, sig, "teams\n", top.write(), [])
+    out = str(tmp_path / "teams.bundle")
+    git("bundle", "create", "-q", out, "refs/heads/rooms/dev", "refs/gitdrop/export/teams",
+        cwd=work)
+    return out
+
+
+@pytest.mark.parametrize("field", ['members = 5', 'lead = "core/ju<no"', 'lead = ""',
+                                   'members = [5]'])
+def test_a_bundles_team_file_of_the_wrong_shape_is_refused(source, tmp_path, field):
+    """A team file whose members are no list, or whose lead no signature takes (a
+    "<", nothing), was a traceback before any rule ran."""
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    fields = {"name": '"core"', "lead": '"core/juno"', "members": '["core/spartan"]',
+              "created": "1700000000"}
+    key, _, value = field.partition(" = ")
+    fields[key] = value
+    bad = with_teams_file(source, bundle, tmp_path,
+                          "".join(f"{k} = {v}\n" for k, v in fields.items()))
+    b = hubmod.init(str(tmp_path / "b.git"))
+    before = state(b.path)
+    for name in ([], ["--name", "dev2"]):
+        refused, p = cli(b.path, "room", "import", bad, *name, ok=False)
+        assert p.returncode == 3 and refused["rule"] == "format", (refused, p.stderr)
+        assert "teams/core.toml in the bundle" in refused["reason"] and refused["fix"]
+        assert "Traceback" not in p.stderr
+    assert state(b.path) == before and b.team("core", missing_ok=True) is None
+
