@@ -324,6 +324,9 @@ def _move_layout(tmp: str, room: str, tip: str) -> str:
     scratch = Store.__new__(Store)   # not Store(): no write-ahead log, no fsync setting
     scratch.path, scratch.repo = tmp, pygit2.Repository(tmp)
     scratch.reader, scratch.method = Reader(scratch.repo), "fsync"   # objects via pygit2
+    tree = scratch.repo[tip].tree
+    if model.ROOM_FILE not in tree or tree[model.ROOM_FILE].type_str != "blob":
+        return ""   # no layout to move from: the rules refuse such a history
     if not layout.is_old(scratch, room):
         return ""
     return layout.move_room(scratch, room, now=scratch.reader.commit(tip).time)
@@ -368,8 +371,8 @@ class _Renamer:
             return self.trees[tree]
         t = self.repo[tree]
         tb = self.repo.TreeBuilder(t)
-        if model.ROOM_FILE in t:
-            e = t[model.ROOM_FILE]
+        if model.ROOM_FILE in t and t[model.ROOM_FILE].type_str == "blob":
+            e = t[model.ROOM_FILE]   # (anything else there is left for the rules to refuse)
             tb.insert(e.name, self._blob(e.id, self._room_toml), e.filemode)
         if "agents" in t and t["agents"].type_str == "tree":
             tb.insert("agents", self._agents(t["agents"].id), pygit2.GIT_FILEMODE_TREE)

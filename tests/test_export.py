@@ -562,3 +562,26 @@ def test_a_bundles_team_file_of_the_wrong_shape_is_refused(source, tmp_path, fie
         assert "Traceback" not in p.stderr
     assert state(b.path) == before and b.team("core", missing_ok=True) is None
 
+
+def test_a_bundle_whose_room_toml_is_a_directory_is_refused(tmp_path):
+    """Without --name the layout move read it as a file, with --name the renaming
+    did: both were tracebacks before the rules judged the history."""
+    work = str(tmp_path / "w.git")
+    git("init", "-q", "--bare", work)
+    repo = pygit2.Repository(work)
+    inner = repo.TreeBuilder()
+    inner.insert("x", repo.create_blob(b"x"), pygit2.GIT_FILEMODE_BLOB)
+    top = repo.TreeBuilder()
+    top.insert("room.toml", inner.write(), pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("hub/admin", "admin@hub.gitdrop")
+    repo.create_commit("refs/heads/rooms/x", sig, sig, "room x\n\nGitdrop-Op: room-create\n",
+                       top.write(), [])
+    bundle = str(tmp_path / "x.bundle")
+    git("bundle", "create", "-q", bundle, "refs/heads/rooms/x", cwd=work)
+    b = hubmod.init(str(tmp_path / "b.git"))
+    before = state(b.path)
+    for name in ([], ["--name", "y"]):
+        refused, p = cli(b.path, "room", "import", bundle, *name, ok=False)
+        assert p.returncode == 3 and refused["rule"] == "format", (refused, p.stderr)
+        assert "room.toml/x" in refused["reason"] and "Traceback" not in p.stderr
+    assert state(b.path) == before
