@@ -379,17 +379,23 @@ class _Renamer:
         self.trees[tree] = out = tb.write()
         return out
 
-    def _agents(self, tree):
-        if tree in self.trees:
-            return self.trees[tree]
+    AGENT_DEPTH = 2   # agents/<team>/<xx>/: no agent file lies deeper
+
+    def _agents(self, tree, depth: int = 0):
+        """agents/ (and, below it, a team's and a bucket's directory) with every
+        agent file's cursor mapped; deeper directories are left as they are (the
+        rules refuse their paths), so no tree however deep is walked."""
+        key = (tree, depth)
+        if key in self.trees:
+            return self.trees[key]
         t = self.repo[tree]
         tb = self.repo.TreeBuilder(t)
         for e in t:
-            if e.type_str == "tree":
-                tb.insert(e.name, self._agents(e.id), e.filemode)
+            if e.type_str == "tree" and depth < self.AGENT_DEPTH:
+                tb.insert(e.name, self._agents(e.id, depth + 1), e.filemode)
             elif e.type_str == "blob" and e.name.endswith(".toml"):
                 tb.insert(e.name, self._blob(e.id, self._cursor), e.filemode)
-        self.trees[tree] = out = tb.write()
+        self.trees[key] = out = tb.write()
         return out
 
     def _blob(self, blob, change):

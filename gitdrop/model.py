@@ -54,6 +54,9 @@ ARCHIVE_PREFIX = "refs/archive/rooms/"
 HUB_REF = "refs/heads/hub"
 
 ROOM_FILE = "room.toml"
+# Directories a tree may nest: no path gitdrop knows is deeper than 3 (agents/<team>/
+# <xx>/<name>.toml), and walking thousands of levels would exhaust Python's stack.
+MAX_TREE_DEPTH = 16
 CONTRACT_KINDS = ("function", "dom_id", "css_class", "file_path", "api_endpoint",
                   "event", "schema", "other")
 

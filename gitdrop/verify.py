@@ -79,6 +79,14 @@ def _text(reader, c, path: str, oid: str | None):
     return text
 
 
+def _diff(reader, c, parent_tree) -> list:
+    try:
+        return reader.diff(parent_tree, c.tree)
+    except Refusal as e:   # a tree nested too deep: say which commit brought it
+        e.commit = e.commit or f"{c.oid[:12]} \"{c.subject[:60]}\""
+        raise
+
+
 def _check_room(reader, room, commits, now, pusher, progress=None,
                 hub=model.HUB_REF) -> list:
     out = []
@@ -91,7 +99,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
         before = RoomView(reader, parent_tree, c.parent, room)
         changes = [rules.Change(p, reader.blob_text(a), _text(reader, c, p, b),
                                 reader.mode(c.tree, p) if b else rules.FILE_MODE)
-                   for p, a, b in reader.diff(parent_tree, c.tree)]
+                   for p, a, b in _diff(reader, c, parent_tree)]
         op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher, teams, fresh))
         fresh.add(c.oid)
         if not c.parents:

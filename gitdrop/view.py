@@ -6,7 +6,7 @@ through one `git cat-file --batch` process (it must stay light).
 """
 
 from . import fmt, model
-from .errors import Damaged
+from .errors import Damaged, Refusal
 
 
 class CommitData:
@@ -309,11 +309,18 @@ def changes_between(reader, old_tree, new_tree) -> list:
             for p, a, b in reader.diff(old_tree, new_tree)]
 
 
-def diff_trees(entries, old: str | None, new: str | None, prefix: str = "", out=None) -> list:
+def diff_trees(entries, old: str | None, new: str | None, prefix: str = "", out=None,
+               depth: int = 0) -> list:
     """Changed blob paths between two trees, as (path, old oid, new oid); `entries(tree)`
     gives {name: (is_tree, oid, mode)}: a path whose mode alone changed is listed (with
-    the same oid twice). Subtrees with equal ids are not opened."""
+    the same oid twice). Subtrees with equal ids are not opened; a changed one nested
+    deeper than model.MAX_TREE_DEPTH is refused (rule format)."""
     out = [] if out is None else out
+    if depth > model.MAX_TREE_DEPTH:
+        shown = prefix if len(prefix) <= 120 else prefix[:120] + "..."
+        raise Refusal("format", f"{shown} nests directories deeper than "
+                      f"{model.MAX_TREE_DEPTH}; no path gitdrop knows does",
+                      "keep to the paths docs/PROTOCOL.md describes")
     a = entries(old) if old else {}
     b = entries(new) if new else {}
     for name in sorted(set(a) | set(b)):
@@ -323,7 +330,8 @@ def diff_trees(entries, old: str | None, new: str | None, prefix: str = "", out=
         path = prefix + name
         ta, tb = bool(ea and ea[0]), bool(eb and eb[0])
         if ta or tb:
-            diff_trees(entries, ea[1] if ta else None, eb[1] if tb else None, path + "/", out)
+            diff_trees(entries, ea[1] if ta else None, eb[1] if tb else None, path + "/", out,
+                       depth + 1)
             if ea is not None and not ta:
                 out.append((path, ea[1], None))
             if eb is not None and not tb:

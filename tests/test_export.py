@@ -585,3 +585,54 @@ def test_a_bundle_whose_room_toml_is_a_directory_is_refused(tmp_path):
         assert p.returncode == 3 and refused["rule"] == "format", (refused, p.stderr)
         assert "room.toml/x" in refused["reason"] and "Traceback" not in p.stderr
     assert state(b.path) == before
+
+
+def deep_commit(repo, tip, top, depth=3000):
+    """A commit on `tip` adding a file under `top`/ nested `depth` directories deep."""
+    tree = repo.TreeBuilder()
+    tree.insert("f.toml", repo.create_blob(b"x = 1\n"), pygit2.GIT_FILEMODE_BLOB)
+    oid = tree.write()
+    for _ in range(depth):
+        tb = repo.TreeBuilder()
+        tb.insert("d", oid, pygit2.GIT_FILEMODE_TREE)
+        oid = tb.write()
+    root = repo.TreeBuilder(repo[tip].tree)
+    if top in repo[tip].tree:   # beside what is there (agents/core/...)
+        sub = repo.TreeBuilder(repo[repo[tip].tree[top].id])
+        sub.insert("d", oid, pygit2.GIT_FILEMODE_TREE)
+        oid = sub.write()
+    root.insert(top, oid, pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("core/juno", "juno@core.gitdrop")
+    return repo.create_commit(None, sig, sig, "deep\n", root.write(), [pygit2.Oid(hex=tip)])
+
+
+@pytest.mark.parametrize("top", ["agents", "tasks"])
+def test_a_tree_nested_thousands_deep_is_refused_by_rule(source, tmp_path, top):
+    """Import (with and without --name), verify and the push hook walked such a tree
+    one Python call a level: a RecursionError traceback (the hook refused, but as a
+    failure of its own). Each now refuses it by rule format, naming the commit."""
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    deep = tampered(source, bundle, tmp_path,
+                    lambda repo, tip: deep_commit(repo, str(tip.id), top))
+    b = hubmod.init(str(tmp_path / "b.git"))
+    before = state(b.path)
+    for name in ([], ["--name", "dev2"]):
+        refused, p = cli(b.path, "room", "import", deep, *name, ok=False)
+        assert p.returncode == 3 and refused["rule"] == "format", (refused, p.stderr)
+        assert f"{top}/d/d/" in refused["reason"] and "deeper than 16" in refused["reason"]
+        assert "deep" in refused["commit"] and "Traceback" not in p.stderr
+    assert state(b.path) == before
+    # in a hub's refs by hand (no hook), gitdrop verify says the same
+    git("fetch", "-q", deep, "refs/heads/rooms/dev:refs/heads/rooms/dev", cwd=b.path)
+    refused, p = cli(b.path, "verify", "dev", ok=False)
+    assert p.returncode == 3 and refused["rule"] == "format", (refused, p.stderr)
+    assert "deeper than 16" in refused["reason"] and "Traceback" not in p.stderr
+    # pushed, the hook refuses it by the same rule, in its own words
+    tip = source.store.room_tip("dev")
+    git("fetch", "-q", deep, "refs/heads/rooms/dev:refs/heads/deep", cwd=source.path)
+    p = git("push", source.path, "refs/heads/deep:refs/heads/rooms/dev", cwd=source.path,
+            check=False)
+    assert p.returncode != 0 and "refused by rule format" in p.stderr, p.stderr
+    assert "deeper than 16" in p.stderr and "the hook failed" not in p.stderr
+    assert source.store.room_tip("dev") == tip
