@@ -820,8 +820,8 @@ def damaged(git_dir: str, ref: str, raw: bytes, where: str = ""):
     logged = last_logged(git_dir, ref)
     hub = f"gitdrop --hub {git_dir} repair"
     if logged:
-        fix = (f"put back {logged}, the last value gitdrop logged for it: {hub} --apply "
-               f"(or see first: {hub})")
+        fix = (f"put back {logged}, the last value gitdrop logged for it, or the newest "
+               f"commit pushed on top of it: {hub} --apply (or see first: {hub})")
     else:
         fix = f"see what can be put back: {hub}"
     return Damaged(reason, fix)

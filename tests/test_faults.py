@@ -312,6 +312,54 @@ def test_a_garbage_room_ref_is_named_with_what_to_put_back(tmp_path):
         ["kept", "works again"]
 
 
+def test_repair_keeps_commits_pushed_after_the_last_logged_value(tmp_path):
+    """A push is not in gitdrop's log: repair put back the last logged value, and
+    the commits pushed on top of it were dropped (unreachable, for git gc to
+    delete). The newest one is offered now, once the rules accept them; commits
+    on top that the rules refuse are listed, not put back."""
+    h, r = _hub(tmp_path)
+    path = h.store.path
+    r.send("t/ann", "t/bob", "written by gitdrop")
+    logged = h.store.room_tip("r")
+    work = str(tmp_path / "work")
+    assert _git(None, "clone", "-q", "-b", "rooms/r", path, work).returncode == 0
+    who = {"GIT_AUTHOR_NAME": "t/ann", "GIT_AUTHOR_EMAIL": "ann@t.gitdrop",
+           "GIT_COMMITTER_NAME": "t/ann", "GIT_COMMITTER_EMAIL": "ann@t.gitdrop"}
+    for text in ("decision A", "decision B"):
+        p = _git(None, "commit", "-q", "--allow-empty", "-m", text, cwd=work, env=who)
+        assert p.returncode == 0, p.stderr
+    p = _git(None, "push", "-q", "origin", "HEAD:rooms/r", cwd=work)
+    assert p.returncode == 0, p.stderr
+    pushed = h.store.room_tip("r")
+    assert pushed != logged and wal.last_logged(path, REF) == logged
+    with open(os.path.join(path, REF), "w") as f:
+        f.write("garbage\n")
+    gd = _cli(h, tmp_path)
+    look = gd("repair", "--json")
+    assert look.rc == 8, look
+    entry, = look.json["damaged"]
+    assert entry["offer"] == pushed and "pushed" in entry["source"], entry
+    assert logged in entry["candidates"]                  # the older one to choose
+    done = gd("repair", "--apply")
+    assert done.rc == 0 and f"put back {REF} = {pushed}" in done.out, done
+    assert [m["text"] for m in hubmod.Hub(path).room("r").inbox("t/bob")["messages"]] == \
+        ["written by gitdrop", "decision A", "decision B"]
+    _fsck(path)
+    # a commit on top that the rules refuse (an author not in the room) is listed,
+    # not offered; one on an older commit's line is neither
+    assert gd("--room", "r", "send", "t/bob", "-m", "logged again").rc == 0
+    tip = h.store.room_tip("r")
+    eve = dict(who, GIT_AUTHOR_NAME="t/eve", GIT_COMMITTER_NAME="t/eve")
+    forged = [_git(path, "commit-tree", f"{on}^{{tree}}", "-p", on, "-m", "forged",
+                   env=eve).stdout.strip() for on in (tip, pushed)]
+    with open(os.path.join(path, REF), "w") as f:
+        f.write("garbage\n")
+    look = gd("repair", "--json")
+    entry, = look.json["damaged"]
+    assert entry["offer"] == tip and entry["candidates"] == forged[:1], entry
+    assert "not accepted by the rules" in entry["source"]
+
+
 def test_repair_finds_a_cut_short_ref_the_log_no_longer_names(tmp_path):
     """No record of the ref in the log (it turned a lap, or was rebuilt): the
     newest commit of the room that no ref reaches is offered; a ref with nothing

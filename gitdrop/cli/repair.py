@@ -9,8 +9,9 @@ What it does by itself (each is safe: the same happens on the next write anyway)
 
 What it only reports, and mends when asked (`--apply`, `--set REF=COMMIT`):
 - a ref that names no commit (a garbage or cut-short file, or a missing commit),
-  with the value to put back: the last one gitdrop logged for it, or else the
-  newest commit of that room that no ref reaches any more.
+  with the value to put back: the last one gitdrop logged for it (or the newest
+  commit pushed on top of it, which the log does not record), or else the newest
+  commit of that room that no ref reaches any more.
 
 Exit 0 when the hub is healthy afterwards; 8 (damaged) while a ref stays damaged.
 """
@@ -24,7 +25,7 @@ import typer
 
 from .. import durable, locks, model, wal
 from .base import Scope, command
-from ..errors import Damaged, NotFound, UsageError
+from ..errors import Damaged, GitdropError, NotFound, UsageError
 
 app = typer.Typer(add_completion=False)
 
@@ -203,7 +204,9 @@ def damaged_refs(path: str) -> list[dict]:
                      "offer": "", "source": "", "candidates": []}
             logged = wal.last_logged(path, ref)
             if logged and logged != value and _commit_ok(reader, logged):
-                entry.update(offer=logged, source="the last value gitdrop logged for it")
+                if heads is None:
+                    heads = _unreachable_heads(path, reader)
+                entry.update(_past_logged(path, reader, ref, logged, heads))
             else:
                 if heads is None:
                     heads = _unreachable_heads(path, reader)
@@ -217,6 +220,50 @@ def damaged_refs(path: str) -> list[dict]:
     finally:
         reader.close()
     return out
+
+
+def _past_logged(path: str, reader, ref: str, logged: str, heads: list) -> dict:
+    """What to put back for a ref whose last logged value is `logged`. A push is not
+    in the log, so commits pushed after it are lost with the ref: unreachable now,
+    and on `logged`'s first-parent line. The newest such commit is offered if it is
+    the only one that deep and the rules accept its commits since `logged` (as
+    gitdrop verify checks them); else `logged`, or nothing when two lines are as
+    deep, with every such commit listed to choose from (--set)."""
+    from ..verify import check_commits
+    memo: dict = {}
+    later = [oid for oid in _candidates(path, reader, ref, heads)
+             if oid != logged and _extends(reader, oid, logged, memo)]
+    if not later:
+        return {"offer": logged, "source": "the last value gitdrop logged for it"}
+    depths = {oid: d for d, _w, oid in heads}
+    newest = later[0]
+    if len(later) > 1 and depths[later[1]] == depths[newest]:
+        return {"offer": "", "candidates": [logged] + later}
+    try:
+        check_commits(reader, ref, logged, newest, None)
+    except (GitdropError, KeyError, ValueError):   # refused, or an object is missing
+        return {"offer": logged, "candidates": later,
+                "source": "the last value gitdrop logged for it; the later commits listed "
+                "as candidates build on it but are not accepted by the rules"}
+    return {"offer": newest, "candidates": [logged] + later[1:],
+            "source": f"the newest commit built on {logged[:12]}, the last value gitdrop "
+            "logged for it: pushed with git, which the log does not record"}
+
+
+def _extends(reader, oid: str, base: str, memo: dict) -> bool:
+    """Whether `base` is on `oid`'s first-parent line (`memo` keeps the answer for
+    every commit walked, so heads of one history are walked once)."""
+    line = []
+    while oid and oid != base and oid not in memo:
+        line.append(oid)
+        try:
+            oid = reader.commit(oid).parent
+        except KeyError:
+            oid = ""
+    found = oid == base or memo.get(oid, False)
+    for c in line:
+        memo[c] = found
+    return found
 
 
 # --- mending ----------------------------------------------------------------------
