@@ -11,8 +11,9 @@ the hub reads) that borrows the hub's objects. There the room is renamed if aske
 (every commit rewritten: see _Renamer), moved to the current layout if it is older
 (layout.move_room, the hub's own move), the missing teams are committed on a copy
 of the hub branch and checked by the hub's rules, then the room's new commits by
-the room rules (the same checks as the hook and gitdrop verify; dates are not held
-to the clock, the history is old). Then the room's ref moves (compare-and-swap)
+the room rules (the same checks as the hook and gitdrop verify: a new room's history
+as verify judges it, no commit dated ahead of the clock; commits that extend a room of
+this hub at receipt, as a push, but for their dates, made before: see _judge). Then the room's ref moves (compare-and-swap)
 and only after it the teams are registered: an import that is refused or loses a
 race writes nothing, and one killed between the two writes is finished by running
 it again (the room is up to date, its missing teams are registered).
@@ -273,7 +274,7 @@ def import_room(hub, path: str, name: str = "") -> dict:
         try:
             if missing:   # the team registry's own rules, as for a push of the hub branch
                 check_commits(reader, model.HUB_REF, hub_tip, new_hub, None)
-            ops = [] if done else check_commits(reader, ref, old, new, None)
+            ops = [] if done else _judge(reader, ref, old, new)
             if not done:
                 _check_leads_here(reader, room, new, new_hub)
         finally:
@@ -544,6 +545,30 @@ def _check_team_file(file: str, team: str, doc: dict) -> None:
     if bad:
         refuse(f"members of team {team} are {team}/<name>, not {bad[0]!r}",
                f"list only agents of team {team}")
+
+
+def _judge(reader, ref: str, old: str, new: str) -> list:
+    """The room's new commits, by the rules. A room new to this hub is history, judged
+    as gitdrop verify judges it, but no commit of it may be dated ahead of this hub's
+    clock. Commits that extend a room of this hub arrive now, into its state as it is
+    here: judged as a push is (a lease live here, the loop guard, the team registry)
+    but for their dates, made before. Without the clock a bundle reaped a task whose
+    lease was live, took a lease another held, and brought a flood of messages."""
+    from .verify import check_commits
+    from .view import RoomView
+    now = int(time.time())
+    if old:
+        return check_commits(reader, ref, old, new, now, past_ok=True)
+    ops = check_commits(reader, ref, old, new, None)
+    skew = RoomView(reader, reader.commit(new).tree, new, "").settings["clock_skew"]
+    for oid, _op in ops:
+        c = reader.commit(oid)
+        if c.time > now + skew:
+            raise Refusal("clock", f"the commit is dated {c.time - now}s ahead of this hub's "
+                          f"clock (the room allows {skew}s of clock skew)", "export it again "
+                          "from a hub whose clock is right", commit=f"{oid[:12]} "
+                          f"\"{c.subject[:60]}\"")
+    return ops
 
 
 def _commit_teams(repo, hub_tip: str, missing: list[dict]) -> str:

@@ -20,7 +20,7 @@ class Ctx:
     the hub's team registry."""
 
     def __init__(self, reader, now: int | None = None, pusher: str = "", teams=None,
-                 fresh=()):
+                 fresh=(), past_ok: bool = False):
         self.reader = reader
         self.now = now          # None when re-validating history: no clock rule
         self.pusher = pusher    # identity the transport authenticated, if any
@@ -30,6 +30,9 @@ class Ctx:
         # Commits of the same push before this one: they arrived now, whatever
         # their dates say (the loop guard counts them in its window).
         self.fresh = fresh
+        # An imported room's new commits (gitdrop room import) are judged at receipt
+        # but were made before: a date in the past is not refused for itself.
+        self.past_ok = past_ok
 
     def registry(self) -> dict | None:
         if self._registry is False:
@@ -129,7 +132,7 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _refuse("linear-history", c, "merge commits are not allowed on a room branch",
                 "rebase onto the room's tip (git pull --rebase) and push again")
     if ctx.now is not None:
-        _check_clock(c, ctx.now, s["clock_skew"])
+        _check_clock(c, ctx.now, s["clock_skew"], ctx.past_ok)
     size = len(c.message.encode("utf-8", "surrogateescape"))
     if size > s["max_message"] + MESSAGE_EXTRA:
         _refuse("size-limit", c, f"the commit message is {size} bytes; the room allows "
@@ -324,7 +327,7 @@ def bad_commit(c) -> None:
                 "commit-tree), not by hand")
 
 
-def _check_clock(c, now: int, skew: int) -> None:
+def _check_clock(c, now: int, skew: int, past_ok: bool = False) -> None:
     """Dates are the pusher's word: at receipt a commit must be dated within
     `clock_skew` of the hub's clock, either way, so that time-based rules (the loop
     guard, idle rooms) cannot be fooled by a date far in the past or future."""
@@ -333,7 +336,7 @@ def _check_clock(c, now: int, skew: int) -> None:
                 f"allows {skew}s of clock skew)",
                 "fix the clock of the machine that made it and recommit "
                 "(git commit --amend --no-edit re-dates the last commit)")
-    if c.time < now - skew:
+    if c.time < now - skew and not past_ok:
         _refuse("clock", c, f"the commit is dated {now - c.time}s in the past (the room "
                 f"allows {skew}s of clock skew)", "re-date it to now and push again: "
                 "git rebase --force-rebase @{u} re-dates every commit not yet pushed "

@@ -636,3 +636,40 @@ def test_a_tree_nested_thousands_deep_is_refused_by_rule(source, tmp_path, top):
     assert p.returncode != 0 and "refused by rule format" in p.stderr, p.stderr
     assert "deeper than 16" in p.stderr and "the hook failed" not in p.stderr
     assert source.store.room_tip("dev") == tip
+
+
+def test_an_extension_is_judged_at_receipt_and_no_history_from_the_future(source, tmp_path):
+    """An import judged every commit with no clock: a bundle extending a room here
+    reaped a task whose lease was live here (or took a lease another held, or brought
+    a flood of messages past the loop guard), and a room's history could be dated in
+    2100. Commits extending a room are judged as a push is, but for their dates (made
+    before); no commit may be dated ahead of this hub's clock."""
+    import time
+    from gitdrop.core import Room
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    cli(b.path, "room", "import", bundle)
+    tid = source.room("dev").list_tasks()[0]["id"]
+    later = int(time.time()) + 7 * 86400   # the source's clock: spartan's lease is long gone
+    Room(source.store, "dev", clock=lambda: later).move_task("core/juno", tid, "reap")
+    cli(source.path, "room", "export", "dev", bundle)
+
+    def dated_now(repo, tip):   # the reap as it would be made by hand, now
+        when = int(time.time())
+        a = pygit2.Signature(tip.author.name, tip.author.email, when, 0)
+        return repo.create_commit(None, a, a, tip.message, tip.tree_id, tip.parent_ids)
+    reap = tampered(source, bundle, tmp_path, dated_now)
+    before = state(b.path)
+    refused, _ = cli(b.path, "room", "import", reap, ok=False)
+    assert refused["rule"] == "task-lease", refused
+    assert "a reap needs an expired lease" in refused["reason"], refused
+    assert state(b.path) == before
+    # the same, dated as the source made it: from the future
+    refused, _ = cli(b.path, "room", "import", bundle, ok=False)
+    assert refused["rule"] == "clock", refused
+    # a room new to a hub: its history as verify judges it, but not from the future
+    c = hubmod.init(str(tmp_path / "c.git"))
+    refused, _ = cli(c.path, "room", "import", bundle, ok=False)
+    assert refused["rule"] == "clock" and "ahead of this hub's clock" in refused["reason"]
+    assert not c.store.tip("refs/heads/rooms/dev")
