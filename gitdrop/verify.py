@@ -11,8 +11,14 @@ ZERO = "0" * 40
 def chain(reader, old: str, new: str, ref: str, most: int | None = None) -> list:
     """Commits from just after `old` up to `new`, oldest first; refuses merges,
     anything that does not extend `old` (linear history), and more than `most`."""
-    out, oid = [], new
+    out, oid, seen = [], new, set()
     while oid and oid != old:
+        if oid in seen:   # a git object graph has no cycle: a graft (info/grafts) made one
+            raise Refusal("linear-history", f"the history of {ref} comes back to "
+                          f"{oid[:12]}: a loop, which git's commits cannot make (a graft, "
+                          "info/grafts in the hub?)", "remove the hub's info/grafts file, then "
+                          "check again", commit=oid[:12])
+        seen.add(oid)
         if most is not None and len(out) >= most:
             raise Refusal("size-limit", f"the push brings more than {most} commits to {ref}; "
                           f"this hub takes at most {most} in one push (each is checked "

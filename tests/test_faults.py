@@ -458,3 +458,19 @@ def test_a_disk_that_takes_no_more_is_said_and_leaves_nothing(tmp_path):
     g.ok("--room", "r", "send", "t/bob", "-m", "hello")
     assert [m["text"] for m in room.inbox("t/bob")["messages"]] == ["hello"]
     _fsck(h.path)
+
+
+def test_verify_stops_at_a_history_a_graft_made_loop(tmp_path):
+    """A hub's info/grafts can give a room's first commit its tip as parent: git's
+    commits cannot loop, but the walk then never ended (600 MB in 30 s)."""
+    h = hubmod.init(str(tmp_path / "hub.git"))
+    h.room("lobby").register("core/juno", ["lead"])
+    ref = model.ROOM_PREFIX + "lobby"
+    tip = h.store.tip(ref)
+    root = subprocess.run(["git", "--git-dir", h.path, "rev-list", "--max-parents=0", ref],
+                          capture_output=True, text=True, check=True).stdout.split()[0]
+    with open(os.path.join(h.path, "info", "grafts"), "w") as f:
+        f.write(f"{root} {tip}\n")
+    r = Gitdrop(h.path, str(tmp_path / "home"))("verify", "lobby", "--json", timeout=60)
+    assert r.rc == 3 and r.json["rule"] == "linear-history", r
+    assert "loop" in r.json["reason"] and "info/grafts" in r.json["fix"], r
