@@ -288,6 +288,9 @@ def import_room(hub, path: str, name: str = "") -> dict:
                     contextlib.nullcontext():
                 if not old:   # again, now that no other room is being made here
                     hubrules.check_room_case(store.path, room)
+                if missing:   # a team claimed here meanwhile by another lead: the room
+                    # would land naming a lead the registry does not have
+                    _plan_again(hub, repo, teams_commit, new, missing)
                 moved_ref = store._cas(ref, old, new, f"import of room {room}", store._writer())
             if not moved_ref:
                 raise Conflict(f"room {room} moved in this hub while it was imported; "
@@ -297,6 +300,17 @@ def import_room(hub, path: str, name: str = "") -> dict:
     return {"room": room, "from": source, "tip": new,
             "commits": len(ops), "extended": bool(old) and not done,
             "layout_moved": moved, "teams": registered, "up_to_date": done}
+
+
+def _plan_again(hub, repo, teams_commit: str, tip: str, missing: list[dict]) -> None:
+    """The teams to register, planned again just before the room's ref moves: a team
+    registered here while the room was judged, led by another, is refused now
+    (_plan_teams), not found after the room has landed naming the bundle's lead."""
+    now = _plan_teams(hub, repo, teams_commit, _room_teams(repo, tip))
+    if [t["name"] for t in now] != [t["name"] for t in missing]:
+        raise Conflict("the hub's teams changed while the room was judged; nothing was "
+                       "written", "run the import again: it is judged against the teams "
+                       "as they are now")
 
 
 def _register(hub, room: str, missing: list[dict]) -> list[str]:

@@ -19,7 +19,7 @@ from gitdrop import bundle as bundlemod
 from gitdrop import fmt, layout, model
 from gitdrop import hub as hubmod
 from gitdrop import verify as verifymod
-from gitdrop.errors import Conflict
+from gitdrop.errors import Conflict, Refusal
 
 from conftest import git
 
@@ -673,3 +673,26 @@ def test_an_extension_is_judged_at_receipt_and_no_history_from_the_future(source
     refused, _ = cli(c.path, "room", "import", bundle, ok=False)
     assert refused["rule"] == "clock" and "ahead of this hub's clock" in refused["reason"]
     assert not c.store.tip("refs/heads/rooms/dev")
+
+
+def test_a_team_claimed_here_while_the_room_is_judged_stops_the_import(source, tmp_path,
+                                                                      monkeypatch):
+    """The bundle's team core is missing here when the import plans it; while the room
+    is judged, core/eve claims team core. The room landed naming the bundle's lead,
+    one the registry does not have, who then acted as the room's lead."""
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    bundlemod.export(source.store, "dev", bundle)
+    real, raced = verifymod.check_commits, []
+
+    def racing(reader, ref, *a, **k):
+        if ref == "refs/heads/rooms/dev" and not raced:
+            raced.append(hubmod.Hub(b.path).register_team("core", "core/eve", [],
+                                                          by="core/eve"))
+        return real(reader, ref, *a, **k)
+    monkeypatch.setattr(verifymod, "check_commits", racing)
+    with pytest.raises(Refusal) as e:
+        bundlemod.import_room(b, bundle)
+    assert raced and e.value.rule != "error"
+    assert not b.store.tip("refs/heads/rooms/dev")           # the room did not land
+    assert b.team("core")["lead"] == "core/eve"
