@@ -147,6 +147,7 @@ def keyed_before(reader, tip: str, author: str, key: str, at: int, least: int, m
     found, walked = plain(reader, tip, author, key, at, least, most, seconds)
     w = Window(least, most, seconds)
     w.fill(tip, walked)
+    w.bound = at - seconds   # what it was walked for: a write dated earlier walks again
     windows.insert(0, w)
     del windows[KEEP:]
     return found

@@ -118,3 +118,22 @@ def test_keyed_writes_in_two_rooms_by_turns_read_only_what_is_new():
                                          2000, 100_000, 86400, room)
             assert got is not None and got.oid == tips[room]
     assert reads < 500, reads
+
+
+def test_a_write_dated_before_the_walk_that_made_the_window_walks_again():
+    """A window just made by a plain walk had no bound: the next keyed write, dated a
+    little earlier (within the clock skew), was answered from it, though its own day
+    reaches further back, to a key the walk had stopped short of."""
+    day, t = 86400, 1_800_000_000
+    r = Reader()
+    tip = r.add("", "core/a", t - day - 40)
+    tip = r.add(tip, "core/a", t - day - 20, "K")
+    tip = r.add(tip, "core/b", t - day + 10)   # ends the walk of a write dated t + 30
+    for i in range(2100):
+        tip = r.add(tip, "core/b", t - 1000 + i // 10)
+    assert keywindow.keyed_before(r, tip, "core/a", "other", t + 30, 2000, 100_000, day,
+                                  "room") is None
+    want = plain(r, tip, "core/a", "K", t - 30, 2000, 100_000, day)
+    assert want is not None
+    assert keywindow.keyed_before(r, tip, "core/a", "K", t - 30, 2000, 100_000, day,
+                                  "room") is want
