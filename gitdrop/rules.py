@@ -133,6 +133,8 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
                 "rebase onto the room's tip (git pull --rebase) and push again")
     if ctx.now is not None:
         _check_clock(c, ctx.now, s["clock_skew"], ctx.past_ok)
+        if ctx.past_ok and c.parents:
+            _check_after_parent(c, ctx.reader.commit(c.parents[0]).time, s["clock_skew"])
     size = len(c.message.encode("utf-8", "surrogateescape"))
     if size > s["max_message"] + MESSAGE_EXTRA:
         _refuse("size-limit", c, f"the commit message is {size} bytes; the room allows "
@@ -341,6 +343,17 @@ def _check_clock(c, now: int, skew: int, past_ok: bool = False) -> None:
                 f"allows {skew}s of clock skew)", "re-date it to now and push again: "
                 "git rebase --force-rebase @{u} re-dates every commit not yet pushed "
                 "(git commit --amend --no-edit the last one)")
+
+
+def _check_after_parent(c, parent_time: int, skew: int) -> None:
+    """An imported commit may be dated in the past, but not before the commit it
+    builds on (two skews allowed: each was within one of a clock): 2,001 commits
+    dated two days back hid every idempotency key behind them (the key window ends
+    at the first commit older than a day), and made the room look idle."""
+    if c.time < parent_time - 2 * skew:
+        _refuse("clock", c, f"the commit is dated {parent_time - c.time}s before the commit "
+                "it builds on", "a commit is made after its parent: date it so (git rebase "
+                "--force-rebase re-dates commits not yet in the room)")
 
 
 def _registered(before, c, op):

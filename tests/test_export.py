@@ -696,3 +696,29 @@ def test_a_team_claimed_here_while_the_room_is_judged_stops_the_import(source, t
     assert raced and e.value.rule != "error"
     assert not b.store.tip("refs/heads/rooms/dev")           # the room did not land
     assert b.team("core")["lead"] == "core/eve"
+
+
+def test_an_extension_is_not_dated_before_the_room_it_extends(source, tmp_path):
+    """Past dates are let in for an extension (it was made before), but 2,001 of them
+    two days back hid every idempotency key behind them, so a retry of a key used a
+    minute before was applied twice. A commit is not dated before the one it builds on."""
+    import time
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    cli(b.path, "room", "import", bundle)
+    source.room("dev").send("core/juno", "core/spartan", "two days late")
+    cli(source.path, "room", "export", "dev", bundle)
+
+    def two_days_back(repo, tip):
+        when = int(time.time()) - 2 * 86400
+        a = pygit2.Signature(tip.author.name, tip.author.email, when, 0)
+        return repo.create_commit(None, a, a, tip.message, tip.tree_id, tip.parent_ids)
+    before = state(b.path)
+    refused, _ = cli(b.path, "room", "import", tampered(source, bundle, tmp_path,
+                                                         two_days_back), ok=False)
+    assert refused["rule"] == "clock" and "before the commit it builds on" in refused["reason"]
+    assert state(b.path) == before
+    # dated as made, after the room it extends: taken
+    got, _ = cli(b.path, "room", "import", bundle)
+    assert got["extended"] is True and got["commits"] == 1
