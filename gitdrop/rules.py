@@ -1057,7 +1057,8 @@ def _move_edit(before, c, old, new, tid):
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "sets how often a task may be retried", "ask them to change it")   # counted
     if new["handshake"] != old["handshake"]:
-        _check_rebind(before, c, old, new, tid, decides)
+        _check_rebind(before, c, old, new, tid, before.is_lead(c.author) or (
+            c.author == old["creator"] and c.author != old["assignee"]))
     if old["state"] == "review" and not decides:
         _refuse("task-state-machine", c, f"task {tid} is in review: only its creator "
                 f"({old['creator']}) or a lead may edit it now", "wait for the review "
@@ -1068,11 +1069,12 @@ def _move_edit(before, c, old, new, tid):
 def _check_rebind(before, c, old, new, tid, decides):
     """A task bound to a handshake that cannot reach GO (a target deregistered, or
     gone for good) waited for ever: its creator or a lead binds it to another
-    handshake, or to none, before work starts. Not its doer: that would skip the
-    agreement it waits for."""
+    handshake, or to none, before work starts. Not its doer (the creator who is
+    also its assignee included): that would skip the agreement it waits for."""
     if not decides:
-        _refuse("handshake-go", c, f"only the creator ({old['creator']}) or a lead binds "
-                f"task {tid} to another handshake", "ask them to change it")
+        _refuse("handshake-go", c, f"only a lead, or the task's creator ({old['creator']}) "
+                f"when someone else is to do it, binds task {tid} to another handshake",
+                "ask a lead to change it")
     if old["state"] not in ("pending", "assigned"):
         _refuse("handshake-go", c, f"task {tid} is {old['state']}: its handshake changes only "
                 "before work starts (pending or assigned)", "leave it as it is")

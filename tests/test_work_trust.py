@@ -387,3 +387,10 @@ def test_a_task_bound_to_a_handshake_that_cannot_go_is_bound_to_another(hub, tea
     with pytest.raises(Refusal) as e:
         team.move_task("core/juno", t, "edit", handshake=0)
     assert e.value.rule == "handshake-go" and "before work starts" in e.value.reason
+    # a coder's own task, bound by a lead: its creator is its doer, and may not unbind it
+    team.register("core/zed", ["coder"])
+    own = team.create_task("core/zed", "mine", assignee="core/zed")["task"]
+    team.move_task("core/juno", own, "edit", handshake=fresh)
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/zed", own, "edit", handshake=0)
+    assert e.value.rule == "handshake-go" and "lead" in e.value.reason
