@@ -250,11 +250,28 @@ def pushed_paths(repo: str, lines: str) -> tuple[list[str], set[str]]:
             ["git", "cat-file", "-e", remote + "^{commit}"], cwd=repo,
             capture_output=True).returncode == 0
         rng = [f"{remote}..{local}"] if known else [local, "--not", "--remotes"]
-        out = _git("log", "--format=", "--name-only", "--no-renames", "-c", "-z", *rng,
-                   cwd=repo)
-        mine = [p.strip("\n") for p in out.split("\0") if p.strip("\n")]
+        out = _git("log", "--format=", "--raw", "--no-renames", "-c", "-z", *rng, cwd=repo)
+        mine, theirs = _raw_paths(out)
         paths += mine
-        links |= _links(repo, sorted(set(mine)), [local] + ([remote] if known else []))
+        links |= theirs
+    return paths, links
+
+
+def _raw_paths(out: str) -> tuple[list[str], set[str]]:
+    """The paths of `git log --raw -z` output, and those that are a submodule on
+    either side of a change (mode 160000: its removal or replacement by a file too,
+    which the pushed tip no longer shows)."""
+    paths, links, fields = [], set(), out.split("\0")
+    for i, meta in enumerate(fields[:-1]):
+        if not meta.startswith(":"):
+            continue
+        path = fields[i + 1].strip("\n")
+        if not path:
+            continue
+        paths.append(path)
+        colons = len(meta) - len(meta.lstrip(":"))
+        if "160000" in meta.lstrip(":").split()[:colons + 1]:
+            links.add(path)
     return paths, links
 
 

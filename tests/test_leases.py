@@ -409,3 +409,28 @@ def test_a_lease_under_a_submodule_covers_moving_the_submodule(hub, team, tmp_pa
     team.release_lease("core/kai", "vendor/lib/**")
     team.take_lease("core/kai", "vendor/other/**")
     assert commit(work, {}, "bump lib").returncode == 0
+
+
+def test_a_submodule_removed_on_a_new_branch_is_judged_by_the_leases_under_it(hub, team,
+                                                                               tmp_path):
+    """Pushed as a new branch, a commit removing a submodule (or putting a file in its
+    place) went out: whether a path was a submodule was asked of the pushed tip only,
+    where it no longer is one."""
+    upstream = tmp_path / "up.git"
+    git("init", "-q", "--bare", str(upstream))
+    work = work_repo(tmp_path, hub, "core/spartan")
+    git("remote", "add", "origin", str(upstream), cwd=work)
+    git("update-index", "--add", "--cacheinfo", "160000," + "1" * 40 + ",vendor/lib", cwd=work)
+    git("commit", "-q", "--no-verify", "-m", "base with a submodule", cwd=work)
+    git("push", "-q", "--no-verify", "origin", "HEAD:refs/heads/main", cwd=work)
+    git("fetch", "-q", "origin", cwd=work)
+    team.take_lease("core/kai", "vendor/lib/**")
+    git("rm", "-q", "--cached", "vendor/lib", cwd=work)
+    e = {k: v for k, v in os.environ.items() if k not in ("GITDROP_AGENT", "GITDROP_GUARD")}
+    subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "drop lib"], cwd=work, env=e,
+                   check=True)
+    for branch in ("main", "feature"):   # an existing branch, and a new one
+        p = subprocess.run(["git", "push", "-q", "origin", f"HEAD:refs/heads/{branch}"],
+                           cwd=work, env=e, capture_output=True, text=True)
+        assert p.returncode != 0 and "vendor/lib" in p.stderr and "core/kai" in p.stderr, \
+            (branch, p.stderr)
