@@ -116,6 +116,10 @@ class Alone:
     def hold(self, tid: str) -> None:
         """The task this worker is on now ("": none)."""
 
+    def end_left(self) -> list:
+        """[(pid ended or 0, task)] of the agent's workers gone, their programs ended."""
+        return []
+
 
 class Worker:
     def __init__(self, hub, room: str, agent: str, handler, caps=None, tags=(),
@@ -163,13 +167,25 @@ class Worker:
         worker of it is on, is an earlier run's that died mid-task (killed, crashed).
         Nobody would ever finish it: this worker only takes assigned and pending
         tasks, and its acts keep the lease alive, so no one reaps it either. Count the
-        lost attempt as a failed one, as a reap does."""
+        lost attempt as a failed one, as a reap does. After the first round, only the
+        tasks of the agent's workers found dead since (their programs ended first):
+        claim_next offers the agent's own task in progress first, and this worker ran
+        a killed sibling's task again beside the program it had left running."""
+        left = self.ledger.end_left()
+        for pid, _task in left:
+            if pid:
+                self._emit("orphan", {"id": _task}, pid=pid)
         if self._left_seen:
-            return
-        self._left_seen = True
+            todo = {t for _pid, t in left if t}
+        else:
+            todo = None   # all of them, this once
+            self._left_seen = True
         for t in self.room.list_tasks(state="in_progress", assignee=self.agent):
-            if str(t["id"]) in others:
-                self._emit("busy", t, pid=others[str(t["id"])])
+            tid = str(t["id"])
+            if todo is not None and tid not in todo:
+                continue
+            if tid in others:
+                self._emit("busy", t, pid=others[tid])
                 continue
             self._failed(t, "the worker restarted: an earlier run of it died mid-task")
 

@@ -1010,3 +1010,63 @@ def test_gitdrop_work_timeout_ends_a_program_that_runs_too_long(tmp_path):
         _kill(p)
         if child and _running(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_worker_ends_what_a_killed_sibling_left_before_its_task_runs_again(tmp_path):
+    """Worker A of an agent is killed (-9) mid-task while worker B of the same agent
+    runs: claim_next offers the agent's own task in progress first, and B ran it again
+    beside the program A had left running. B now ends that program first, and counts
+    the lost attempt."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "deploy once", review=False)["id"]
+    log, flag = tmp_path / "runs", tmp_path / "go"
+    prog = ["sh", "-c", f'echo "start $$" >> "{log}"; '
+            f'while [ ! -e "{flag}" ]; do sleep 0.05; done; echo "end $$" >> "{log}"; echo ok']
+    env = dict(_env(hub, W), HOME=str(tmp_path))
+
+    def work(*args):
+        return subprocess.Popen([*ENTRY, "work", "--json", "--backoff", "0", *args, "--", *prog],
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, env=env)
+    a = work()
+    b = None
+    try:
+        _until(lambda: log.exists() and "start" in log.read_text(), 30, "A's program")
+        left = int(log.read_text().split()[1])
+        b = work("--idle", "3")
+        time.sleep(1)   # B is up, waiting for work
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait()
+        assert _running(left)   # out of the kill's reach
+        room.create_task(LEAD, "wake the others", review=False, priority=-1)
+        _until(lambda: not _running(left), 30, "the program A left to be ended")
+        flag.touch()
+        ob, eb = b.communicate(timeout=60)
+    finally:
+        _kill(a)
+        if b is not None:
+            _kill(b)
+    runs = log.read_text().split("\n")
+    assert f"end {left}" not in runs, runs   # ended before it finished, not run beside
+    assert "ended the program a killed worker left running" in eb or \
+        any(x["event"] == "orphan" for x in _events(ob)), (ob, eb)
+    got = room.task(t)
+    assert got["state"] == "completed" and got["retries"] == 1, got
+
+
+def test_one_hub_however_named_is_one_ledger_and_seconds_are_finite(tmp_path, monkeypatch):
+    """Two workers of an agent, one given the hub through a link to it: two ledgers,
+    and each took the other's live task for one left behind. And --timeout nan ended
+    every program at once, --backoff nan stopped the worker with its task held."""
+    from gitdrop.cli.work import Ledger
+    hub, _room = _hub(tmp_path)
+    link = tmp_path / "link.git"
+    link.symlink_to(hub.path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Ledger(str(link), "lobby", W).key == Ledger(hub.path, "lobby", W).key
+    for option in ("--timeout", "--backoff", "--idle"):
+        for value in ("nan", "inf", "1e300"):
+            p = _work(hub, W, "--once", option, value, "--", "true")
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 2 and "finite" in err and "Traceback" not in err, \
+                (option, value, err)

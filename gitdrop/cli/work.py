@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -56,6 +57,10 @@ class Ledger:
     def __init__(self, hub: str, room: str, agent: str):
         import hashlib
         from ..combine import _me
+        # the hub as a file, however it was spelled (a link to it, a relative path):
+        # two spellings were two ledgers, and each worker took the other's task for left
+        from ..transports.remote import is_url
+        hub = hub if is_url(hub) else os.path.realpath(hub)
         key = hashlib.sha1(f"{hub}\0{room}\0{agent}".encode("utf-8", "surrogatepass"))
         self.key = key.hexdigest()[:16]
         self.dir = os.path.join(os.path.expanduser("~"), ".gitdrop", "work")
@@ -127,21 +132,24 @@ class Ledger:
         return {task: worker[0] for _p, _prog, worker, task in self._records()
                 if task and _worker_alive(*worker)}
 
-    def end_left(self) -> list[int]:
+    def end_left(self) -> list[tuple[int, str]]:
         """End the programs of workers gone (their whole process groups) and forget
-        them; the pids ended."""
+        them; (the pid ended or 0, the task it was on) of each. Called with the
+        claiming lock held (Worker.run_once, every round: a worker of the agent
+        killed while this one runs left its program and its task too)."""
         ended = []
-        with self.claiming():
-            for path, (pid, start), worker, _task in self._records():
-                if _worker_alive(*worker):
-                    continue   # its own worker ends it
-                if pid > 0 and start > 0 and _alive(pid, start):
-                    _end_pgid(pid)
-                    ended.append(pid)
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+        for path, (pid, start), worker, task in self._records():
+            if _worker_alive(*worker):
+                continue   # its own worker ends it
+            if pid > 0 and start > 0 and _alive(pid, start):
+                _end_pgid(pid)
+            else:
+                pid = 0
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            ended.append((pid, task))
         return ended
 
     def close(self) -> None:
@@ -364,6 +372,10 @@ def work(s: Scope,
     from ..worker import Worker
     if not cmd:
         raise UsageError("no command given", "gitdrop work --as A -- ./handler.sh")
+    for name, value in (("--idle", idle), ("--backoff", backoff), ("--timeout", timeout)):
+        if value is not None and not (math.isfinite(value) and value < 10 ** 9):
+            raise UsageError(f"{name} {value} is not a number of seconds",
+                             f"give {name} a finite number of seconds (under 10^9)")
     agent = s.agent
     hub = _hub_for_program(s.hub_value) if s.hub_value else s.hub.path
     caps = split_list(cap) if cap is not None else None
@@ -393,19 +405,18 @@ def work(s: Scope,
                     f"{ev.get('retry_in')} s",
             "busy": f"task {tid}: another worker of {agent} is on it (pid {ev.get('pid')}); "
                     "left to it",
+            "orphan": f"task {tid}: ended the program a killed worker left running "
+                      f"(pid {ev.get('pid')})",
             "reaped": f"task {tid}: reaped (its holder's lease expired)",
             "error": f"{' '.join(ev.get('error', '').split())[:160]}; trying again",
             "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
             "stopped": f"{agent} stopped after {ev.get('done', 0)} task(s)",
         }.get(what)
         if line:
-            print(line, file=sys.stderr if what in ("idle", "stopped", "error") else sys.stdout,
-                  flush=True)
+            print(line, file=sys.stderr if what in ("idle", "stopped", "error", "orphan")
+                  else sys.stdout, flush=True)
 
     ledger = Ledger(hub, s.room_name, agent)
-    for pid in ledger.end_left():
-        print(f"gitdrop work: ended the program a killed worker left running (pid {pid})",
-              file=sys.stderr)
     w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent, ledger, timeout),
                caps=caps, tags=split_list(tag), backoff=backoff, idle=idle, on_event=show,
                ledger=ledger)
