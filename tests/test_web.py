@@ -665,3 +665,67 @@ def test_half_sent_connections_do_not_take_the_board_down(hub, tmp_path):
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=15)
     assert err.count("Traceback") < 5, err[-3000:]
+
+
+def test_a_request_must_come_whole_body_and_all_on_every_kept_alive_turn(hub, tmp_path):
+    """Only a request's headers were timed, and only the first on a connection: one
+    whose body never came, or a kept-alive connection whose next request was begun
+    and never finished, held its descriptor for ever (one local client held them
+    all). GITDROP_REQUEST_SECONDS shortens the wait for this test."""
+    import signal
+    import socket
+    import subprocess
+    from cli_helpers import ENTRY
+    port = free_port()
+    g = Gitdrop(hub.path, str(tmp_path))
+    p = subprocess.Popen([*ENTRY, "web", "--port", str(port)],
+                         env=dict(g.env, GITDROP_REQUEST_SECONDS="1"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    conns = []
+    try:
+        deadline = time.time() + 15
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.time() < deadline and p.poll() is None, "the board did not start"
+                time.sleep(0.1)
+
+        def conn(data: bytes):
+            s = socket.create_connection(("127.0.0.1", port), 5)
+            s.settimeout(5)
+            s.sendall(data)
+            conns.append(s)
+            return s
+        no_body = conn(b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"Content-Type: application/x-www-form-urlencoded\r\n"
+                       b"Content-Length: 100\r\n\r\n")
+        again = conn(b"GET /r/lobby HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        first = b""
+        while b"</html>" not in first.lower():
+            chunk = again.recv(65536)
+            assert chunk, first[-300:]
+            first += chunk
+        again.sendall(b"GET /r/lobby HTTP/1.1\r\nHost: 127.0")   # begun, never finished
+        time.sleep(3)
+
+        def closed(s) -> bool:
+            try:
+                while True:
+                    data = s.recv(65536)
+                    if not data:
+                        return True
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+            except socket.timeout:
+                return False
+        assert closed(no_body) and closed(again)
+        page = httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=10)
+        assert page.status_code == 200
+    finally:
+        for s in conns:
+            s.close()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=15)
+    assert "Traceback" not in err, err[-3000:]   # a body cut off is nobody to answer

@@ -613,6 +613,22 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
+class _GoneAway:
+    """A client that went away mid-request (its body cut off, or closed for taking too
+    long: transports/conns.py) is nobody to answer: each such request logged a
+    traceback of 45 lines, no login needed to send one."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        from starlette.requests import ClientDisconnect
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
+
+
 def server(app, host: str, port: int, log_level: str = "warning"):
     """A uvicorn server for the app whose exit (Ctrl-C, or should_exit) also ends the
     open event streams, so it stops at once."""
@@ -630,7 +646,7 @@ def server(app, host: str, port: int, log_level: str = "warning"):
     from ..transports.conns import BACKLOG, http_protocol
     # Half-sent requests held open took every descriptor: the board answered nobody
     # and logged a traceback per failed accept (conns.py closes them).
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+    config = uvicorn.Config(_GoneAway(app), host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=2, lifespan="on",
                             http=http_protocol(), backlog=BACKLOG)
     return Server(config)
