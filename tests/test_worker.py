@@ -1070,3 +1070,32 @@ def test_one_hub_however_named_is_one_ledger_and_seconds_are_finite(tmp_path, mo
             out, err = p.communicate(timeout=60)
             assert p.returncode == 2 and "finite" in err and "Traceback" not in err, \
                 (option, value, err)
+
+
+def test_a_long_running_worker_keeps_nothing_of_a_helper_a_program_left_in_its_session(tmp_path):
+    """A program that leaves a helper in a session of its own (setsid), holding its
+    output, as the docs say to keep something past a task: the worker kept a reader
+    thread and two descriptors for each such task, as long as the helper lived."""
+    hub, room = _hub(tmp_path)
+    for i in range(6):
+        room.create_task(LEAD, f"t{i}", review=False)
+    pids = tmp_path / "helpers"
+    p = _work(hub, W, "--idle", "2", "--", "sh", "-c",
+              f'setsid sleep 60 & echo $! >> "{pids}"; echo started')
+    counts = []
+    try:
+        done = 0
+        for line in p.stdout:
+            if json.loads(line).get("event") == "done":
+                done += 1
+                if done in (2, 6):
+                    counts.append((len(os.listdir(f"/proc/{p.pid}/fd")),
+                                   len(os.listdir(f"/proc/{p.pid}/task"))))
+        p.wait(timeout=60)
+    finally:
+        _kill(p)
+        for pid in (pids.read_text().split() if pids.exists() else []):
+            if _running(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
+    assert len(counts) == 2 and counts[1][0] <= counts[0][0] + 1 and \
+        counts[1][1] <= counts[0][1], counts

@@ -275,9 +275,10 @@ def _run(p: subprocess.Popen, given: bytes, out: _Kept, err: _Kept, timer=None) 
     and `err` until it exits. Then what it left in its process group (a server
     started in the background) is ended: it would hold the output open, and the
     worker and the task's lease with it, as long as it ran."""
+    done = threading.Event()
     pipes = [threading.Thread(target=_feed, args=(p.stdin, given), daemon=True),
-             threading.Thread(target=_drain, args=(p.stdout, out), daemon=True),
-             threading.Thread(target=_drain, args=(p.stderr, err), daemon=True)]
+             threading.Thread(target=_drain, args=(p.stdout, out, done), daemon=True),
+             threading.Thread(target=_drain, args=(p.stderr, err, done), daemon=True)]
     for t in pipes:
         t.start()
     _exited(p)
@@ -286,8 +287,16 @@ def _run(p: subprocess.Popen, given: bytes, out: _Kept, err: _Kept, timer=None) 
         if timer.is_alive():   # ending the group already: let it finish first
             timer.join()
     _end_group(p)
-    for t in pipes:   # a process outside its group may still hold them: not waited for
+    for t in pipes[1:]:   # a process outside its group (setsid) may still hold them
         t.join(OUTPUT_GRACE)
+    done.set()   # then the readers stop, and their pipes are closed: a long-lived
+    for t in pipes[1:]:   # worker kept a thread and two descriptors for every such task
+        t.join(1.0)
+    for pipe in (p.stdout, p.stderr):
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def _exited(p: subprocess.Popen) -> None:
@@ -314,9 +323,20 @@ def _feed(pipe, data: bytes) -> None:
             pass
 
 
-def _drain(pipe, kept: _Kept) -> None:
+def _drain(pipe, kept: _Kept, done: threading.Event) -> None:
+    """Read `pipe` into `kept` until its end, or until `done` is set and nothing is
+    waiting to be read."""
+    import select
     fd = pipe.fileno()
-    while data := os.read(fd, 65536):
+    while True:
+        ready = select.select([fd], [], [], 0.1)[0]
+        if not ready:
+            if done.is_set():
+                return
+            continue
+        data = os.read(fd, 65536)
+        if not data:
+            return
         kept.add(data)
 
 
