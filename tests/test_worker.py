@@ -1099,3 +1099,34 @@ def test_a_long_running_worker_keeps_nothing_of_a_helper_a_program_left_in_its_s
                 os.kill(int(pid), signal.SIGKILL)
     assert len(counts) == 2 and counts[1][0] <= counts[0][0] + 1 and \
         counts[1][1] <= counts[0][1], counts
+
+
+def test_what_a_program_left_is_ended_though_its_worker_was_killed_ending_it(tmp_path):
+    """A worker killed (-9) in the grace it gives what its program left behind (a
+    child that ignores SIGTERM) left it running for good: the program itself was
+    gone, and the next worker looked for it alone, not for its process group."""
+    hub, room = _hub(tmp_path)
+    room.create_task(LEAD, "leave a stubborn child", review=False)
+    child, exited = tmp_path / "child", tmp_path / "exited"
+    env = dict(_env(hub, W), HOME=str(tmp_path))
+    prog = ["sh", "-c", f"sh -c 'trap \"\" TERM; echo $$ > \"{child}\"; "
+            f"while :; do sleep 0.1; done' & sleep 0.5; touch \"{exited}\"; echo done"]
+    a = subprocess.Popen([*ENTRY, "work", "--json", "--", *prog], text=True, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         stdin=subprocess.DEVNULL)
+    stubborn = 0
+    try:
+        _until(lambda: exited.exists() and child.exists() and child.read_text().strip(), 30,
+               "the program to exit, leaving its child")
+        stubborn = int(child.read_text())
+        time.sleep(0.5)   # the worker is in its grace, waiting for the child to end
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait()
+        assert _running(stubborn)
+        subprocess.run([*ENTRY, "work", "--once", "--idle", "1", "--", "true"], env=env,
+                       capture_output=True, timeout=60)
+        _until(lambda: not _running(stubborn), 10, "the child it left to be ended")
+    finally:
+        _kill(a)
+        if stubborn and _running(stubborn):
+            os.kill(stubborn, signal.SIGKILL)

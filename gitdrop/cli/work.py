@@ -141,7 +141,7 @@ class Ledger:
         for path, (pid, start), worker, task in self._records():
             if _worker_alive(*worker):
                 continue   # its own worker ends it
-            if pid > 0 and start > 0 and _alive(pid, start):
+            if pid > 0 and start > 0 and (_alive(pid, start) or _group_left(pid)):
                 _end_pgid(pid)
             else:
                 pid = 0
@@ -161,6 +161,20 @@ def _worker_alive(pid: int, start: int) -> bool:
     process started, any process with its pid is taken for it."""
     from ..combine import _alive as alive
     return pid > 0 and alive(pid, start)
+
+
+def _group_left(pgid: int) -> bool:
+    """Whether process group `pgid` still has members though its leader is gone (a
+    worker killed while it ended what its program left, in the 2 s grace). No new
+    process is given a number a group still uses, so they are the program's."""
+    from ..combine import _start_time
+    if _start_time(pgid) != -1:
+        return False   # a process has that number: the leader, or a later one
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _alive(pid: int, start: int) -> bool:
