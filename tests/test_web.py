@@ -617,6 +617,18 @@ def test_the_done_box_says_only_the_boards_own_words(web):
         assert '<div class="ok">approve done</div>' in c.get("/r/lobby/t/4?ok=approve").text
 
 
+def _answering(p, port: int) -> None:
+    """Until the board `gitdrop web` (process `p`) started serves a page."""
+    deadline = time.time() + 15
+    while True:
+        try:
+            assert httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2).status_code == 200
+            return
+        except httpx.TransportError:
+            assert time.time() < deadline and p.poll() is None, "the board did not start"
+            time.sleep(0.1)
+
+
 def test_half_sent_connections_do_not_take_the_board_down(hub, tmp_path):
     """Connections that send half a request and stay took every file descriptor:
     the board answered nobody until they went, and logged a traceback for every
@@ -636,14 +648,7 @@ def test_half_sent_connections_do_not_take_the_board_down(hub, tmp_path):
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     held = []
     try:
-        deadline = time.time() + 15
-        while True:
-            try:
-                assert httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2).status_code == 200
-                break
-            except httpx.TransportError:
-                assert time.time() < deadline and p.poll() is None, "the board did not start"
-                time.sleep(0.1)
+        _answering(p, port)
         for _ in range(400):
             try:
                 s = socket.create_connection(("127.0.0.1", port), 2)
@@ -683,14 +688,7 @@ def test_a_request_must_come_whole_body_and_all_on_every_kept_alive_turn(hub, tm
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     conns = []
     try:
-        deadline = time.time() + 15
-        while True:
-            try:
-                assert httpx.get(f"http://127.0.0.1:{port}/r/lobby", timeout=2).status_code == 200
-                break
-            except httpx.TransportError:
-                assert time.time() < deadline and p.poll() is None, "the board did not start"
-                time.sleep(0.1)
+        _answering(p, port)
 
         def conn(data: bytes):
             s = socket.create_connection(("127.0.0.1", port), 5)
