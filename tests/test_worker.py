@@ -1029,7 +1029,7 @@ def test_a_worker_ends_what_a_killed_sibling_left_before_its_task_runs_again(tmp
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, env=env)
     a = work()
-    b = None
+    b, left = None, 0
     try:
         _until(lambda: log.exists() and "start" in log.read_text(), 30, "A's program")
         left = int(log.read_text().split()[1])
@@ -1046,6 +1046,8 @@ def test_a_worker_ends_what_a_killed_sibling_left_before_its_task_runs_again(tmp
         _kill(a)
         if b is not None:
             _kill(b)
+        if left and _running(left):
+            os.killpg(left, signal.SIGKILL)
     runs = log.read_text().split("\n")
     assert f"end {left}" not in runs, runs   # ended before it finished, not run beside
     assert "ended the program a killed worker left running" in eb or \
