@@ -198,7 +198,7 @@ def shell_handler(argv: list[str], hub: str, room: str, agent: str, ledger: Ledg
                    GITDROP_TASK_TITLE=_env_text(task["title"]),
                    GITDROP_TASK_BODY=_env_text(task.get("body", "")),
                    GITDROP_TASK_PRIORITY=str(task["priority"]),
-                   GITDROP_TASK_TAGS=",".join(task["tags"]),
+                   GITDROP_TASK_TAGS=_env_text(",".join(task["tags"])),
                    GITDROP_TASK_CREATOR=task["creator"],
                    GITDROP_TASK_RETRIES=str(task["retries"]),
                    GITDROP_TASK_ANSWER=_env_text(task.get("answer", "")),
