@@ -540,25 +540,14 @@ def _plan_teams(hub, repo, teams_commit: str, needed: set) -> list[dict]:
     return out
 
 
-def _check_team_file(file: str, team: str, doc: dict) -> None:
-    """What the registry's rules (hubrules.check) ask of a team file's fields, asked
-    here first: its lead signs the team's commit before those rules see it (a
-    signature takes no "<" and no empty name), and its members are read as a list."""
-    def refuse(reason: str, fix: str):
-        raise Refusal("format", f"teams/{file} in the bundle: {reason}",
-                      f"{fix}; or export the room again (gitdrop room export)")
-    for k, v in doc.items():
-        if k not in hubrules.TEAM_FIELDS or type(v) is not type(hubrules.TEAM_FIELDS[k]):
-            refuse(f"team field {k!r} is unknown or of the wrong type",
-                   "fields: name, lead, members (a list), created")
-    if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
-        refuse(f"the lead of team {team} must be {team}/<name>, not {doc['lead']!r}",
-               f"name an agent of team {team} as its lead")
-    bad = [m for m in doc["members"] if not isinstance(m, str) or not model.is_agent_id(m)
-           or model.split_agent(m)[0] != team]
-    if bad:
-        refuse(f"members of team {team} are {team}/<name>, not {bad[0]!r}",
-               f"list only agents of team {team}")
+def _check_team_file(file: str, team: str, data: dict) -> None:   # data: every field
+    """A bundle's team file, by the registry's own field rules (hubrules), asked here
+    first: its lead signs the team's commit before those rules judge it (a signature
+    takes no "<" and no empty name), and its members are read as a list."""
+    problem = hubrules.fields_problem(data) or hubrules.team_problem(team, data)
+    if problem:
+        raise Refusal("format", f"teams/{file} in the bundle: {problem[0]}",
+                      f"{problem[1]}; or export the room again (gitdrop room export)")
 
 
 def _judge(reader, ref: str, old: str, new: str) -> list:

@@ -80,14 +80,9 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("reserved-name", c, f"team {team!r} is reserved ({ADMIN_TEAM}: the hub's own "
                 f"identities; {model.DEFAULT_TEAM}: agents that named no team, who have no "
                 "lead)", "pick another team name")
-    if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
-        _refuse("format", c, f"the lead of team {team} must be {team}/<name>",
-                f"name an agent of team {team} as its lead, e.g. {team}/lead")
-    bad = [m for m in doc["members"] if not model.is_agent_id(m) or
-           model.split_agent(m)[0] != team]
-    if bad:
-        _refuse("format", c, f"members of team {team} are {team}/<name>, not "
-                f"{', '.join(bad[:3])}", f"list only agents of team {team} (team/name)")
+    problem = team_problem(team, doc)
+    if problem:
+        _refuse("format", c, *problem)
     if old is None:
         twin = model.case_twin(f"{team}.toml", _team_files(reader, c))
         if twin:
@@ -121,13 +116,34 @@ def _team(c, text):
     except fmt.FormatError as e:
         _refuse("format", c, str(e), "write the team's file as TOML (docs/PROTOCOL.md, "
                 "The hub branch)")
-    out = dict(TEAM_FIELDS)
+    problem = fields_problem(data)
+    if problem:
+        _refuse("format", c, *problem)
+    return dict(TEAM_FIELDS, **data)
+
+
+def fields_problem(data: dict) -> tuple[str, str] | None:
+    """(reason, fix) when a team file holds a field unknown or of the wrong type."""
     for k, v in data.items():
         if k not in TEAM_FIELDS or type(v) is not type(TEAM_FIELDS[k]):
-            _refuse("format", c, f"team field {k!r} is unknown or of the wrong type",
-                    "fields: name, lead, members, created")
-        out[k] = v
-    return out
+            return (f"team field {k!r} is unknown or of the wrong type",
+                    "fields: name, lead, members (a list), created")
+    return None
+
+
+def team_problem(team: str, doc: dict) -> tuple[str, str] | None:
+    """(reason, fix) when team `team`'s lead or members are not its agents (a team
+    file read in, or carried by a bundle: gitdrop.bundle)."""
+    if not model.is_agent_id(doc["lead"]) or model.split_agent(doc["lead"])[0] != team:
+        return (f"the lead of team {team} must be {team}/<name>, not {doc['lead']!r}",
+                f"name an agent of team {team} as its lead, e.g. {team}/lead")
+    bad = [m for m in doc["members"] if not model.is_agent_id(m) or
+           model.split_agent(m)[0] != team]
+    if bad:
+        return (f"members of team {team} are {team}/<name>, not "
+                f"{', '.join(map(repr, bad[:3]))}", f"list only agents of team {team} "
+                "(team/name)")
+    return None
 
 
 def check_new_room(reader, room: str) -> None:

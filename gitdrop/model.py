@@ -138,7 +138,9 @@ def split_agent(agent_id: str) -> tuple[str, str]:
 
 
 def is_agent_id(s: str) -> bool:
-    team, sep, name = (s or "").partition("/")
+    if not isinstance(s, str):   # a TOML list of numbers read as members, say
+        return False
+    team, sep, name = s.partition("/")
     return bool(sep) and is_name(team) and is_name(name)
 
 

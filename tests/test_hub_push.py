@@ -241,3 +241,15 @@ def test_loop_guard_on_push_with_dated_commits(hub, proj, clone):
     assert "wait 1" in err or "wait 2" in err                # ~20 s: when "one" leaves
     assert [m["text"] for m in proj.inbox("core/spartan")["messages"]] == ["one", "two"]
     assert os.path.exists(os.path.join(hub.path, "hooks", "pre-receive"))
+
+
+def test_a_team_file_listing_numbers_as_members_is_refused_by_rule(hub, proj, tmp_path):
+    """members = [5] passed the field's type check (a list) and then crashed the hook
+    (a number has no team/name to split): the push failed with a traceback, not a rule."""
+    c = hub_clone(hub, tmp_path / "hubclone", "core/juno")
+    core = fmt.loads_toml(c.read("teams/core.toml"))
+    c.write("teams/core.toml", fmt.dumps_toml(dict(core, members=[5])))
+    c.commit("a number joins core")
+    ok, err = push_hub(c)
+    assert not ok and refused_rule(err) == "format" and "members of team core" in err, err
+    assert "Traceback" not in err and "hook failed" not in err
