@@ -20,7 +20,7 @@ class Ctx:
     the hub's team registry."""
 
     def __init__(self, reader, now: int | None = None, pusher: str = "", teams=None,
-                 fresh=(), past_ok: bool = False):
+                 fresh=(), past_ok: bool = False, latest: int | None = None):
         self.reader = reader
         self.now = now          # None when re-validating history: no clock rule
         self.pusher = pusher    # identity the transport authenticated, if any
@@ -33,6 +33,9 @@ class Ctx:
         # An imported room's new commits (gitdrop room import) are judged at receipt
         # but were made before: a date in the past is not refused for itself.
         self.past_ok = past_ok
+        # History judged without a clock may still not be dated ahead of this one (a
+        # room new to the hub, imported).
+        self.latest = latest
 
     def registry(self) -> dict | None:
         if self._registry is False:
@@ -135,6 +138,8 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _check_clock(c, ctx.now, s["clock_skew"], ctx.past_ok)
         if ctx.past_ok and c.parents:
             _check_after_parent(c, ctx.reader.commit(c.parents[0]).time, s["clock_skew"])
+    elif ctx.latest is not None:
+        _check_clock(c, ctx.latest, s["clock_skew"], past_ok=True)   # not from the future
     size = len(c.message.encode("utf-8", "surrogateescape"))
     if size > s["max_message"] + MESSAGE_EXTRA:
         _refuse("size-limit", c, f"the commit message is {size} bytes; the room allows "
@@ -334,8 +339,8 @@ def _check_clock(c, now: int, skew: int, past_ok: bool = False) -> None:
     `clock_skew` of the hub's clock, either way, so that time-based rules (the loop
     guard, idle rooms) cannot be fooled by a date far in the past or future."""
     if c.time > now + skew:
-        _refuse("clock", c, f"the commit is dated {c.time - now}s in the future (the room "
-                f"allows {skew}s of clock skew)",
+        _refuse("clock", c, f"the commit is dated {c.time - now}s in the future, ahead of "
+                f"this hub's clock (the room allows {skew}s of clock skew)",
                 "fix the clock of the machine that made it and recommit "
                 "(git commit --amend --no-edit re-dates the last commit)")
     if c.time < now - skew and not past_ok:

@@ -43,12 +43,13 @@ def chain(reader, old: str, new: str, ref: str, most: int | None = None) -> list
 
 def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = "",
                   progress=None, hub: str = model.HUB_REF, most: int | None = None,
-                  past_ok: bool = False) -> list:
+                  past_ok: bool = False, latest: int | None = None) -> list:
     """Check every commit between old and new; returns [(oid, op)] or raises Refusal.
     `progress(done, total)`, if given, hears of each room commit checked. `hub` is
     where the team registry is read: the hub branch, or a tip of it. More than
     `most` commits are refused before any is checked. `past_ok`: judged at `now`,
-    but a date in the past is not refused for itself (an import)."""
+    but a date in the past is not refused for itself; `latest`, with no `now`: no
+    commit dated ahead of it (both for an import)."""
     if old == ZERO:
         old = ""
     if ref.startswith(model.ROOM_PREFIX):
@@ -65,7 +66,7 @@ def check_commits(reader, ref: str, old: str, new: str, now=None, pusher: str = 
         if not old:
             hubrules.check_new_room(reader, room)
         return _check_room(reader, room, chain(reader, old, new, ref, most), now, pusher, progress,
-                           hub, past_ok)
+                           hub, past_ok, latest)
     if ref == model.HUB_REF:
         if new == ZERO:
             raise Refusal("linear-history", "the hub branch cannot be deleted",
@@ -96,7 +97,7 @@ def _diff(reader, c, parent_tree) -> list:
 
 
 def _check_room(reader, room, commits, now, pusher, progress=None,
-                hub=model.HUB_REF, past_ok=False) -> list:
+                hub=model.HUB_REF, past_ok=False, latest=None) -> list:
     out = []
     fresh = set()
 
@@ -109,7 +110,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
                                 reader.mode(c.tree, p) if b else rules.FILE_MODE)
                    for p, a, b in _diff(reader, c, parent_tree)]
         op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher, teams, fresh,
-                                                       past_ok))
+                                                       past_ok, latest))
         fresh.add(c.oid)
         if not c.parents:
             if op != "room-create":
