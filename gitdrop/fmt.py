@@ -435,6 +435,22 @@ def parse_message(message: str) -> tuple[str, str, list[tuple[str, str]]]:
     return subject, "\n\n".join(paras).strip("\n"), trailers
 
 
+_TRAILER_LINES: dict = {}
+
+
+def may_have_trailer(message: str, key: str) -> bool:
+    """Could `message` hold trailer `key` (as parse_message reads trailers: a line
+    `Gitdrop-<Key>: value`, the key in any case)? No means no; yes is for
+    parse_message to decide. A search in C, where a walk over thousands of commits
+    would otherwise parse every message."""
+    got = _TRAILER_LINES.get(key)
+    if got is None:
+        import re   # here, not at import: the hook imports this module on every push
+        got = _TRAILER_LINES[key] = re.compile(
+            "^" + re.escape(TRAILER_PREFIX) + re.escape(key) + ": ", re.M | re.I)
+    return got.search(message) is not None
+
+
 _TOKEN = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-"
 
 

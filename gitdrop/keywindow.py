@@ -16,7 +16,6 @@ is walked plainly.
 """
 
 import heapq
-import re
 
 from . import fmt
 from .view import first_parent_walk
@@ -50,7 +49,7 @@ class Window:
     def _add(self, oldest_first: list) -> None:
         for c in oldest_first:
             self.times.append(c.time)
-            key = _ID_LINE.search(c.message) and _key(c)   # a parse only where one may be
+            key = fmt.may_have_trailer(c.message, "id") and _key(c)
             if key:
                 self.keyed[(c.author, key)] = (self.top(), c)
 
@@ -98,10 +97,6 @@ class Window:
         start = max(self.stop + 1, self.top() - self.most + 1)
         got = self.keyed.get((author, key))
         return got[1] if got is not None and got[0] >= start else None
-
-
-# A line a Gitdrop-Id trailer could be (fmt.parse_message decides)
-_ID_LINE = re.compile(r"^Gitdrop-[iI][dD]: ", re.M)
 
 
 def _key(c) -> str:

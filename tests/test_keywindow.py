@@ -124,3 +124,18 @@ def test_a_write_dated_before_the_walk_that_made_the_window_walks_again():
     assert want is not None
     assert keywindow.keyed_before(r, tip, "core/a", "K", t - 30, 2000, 100_000, day,
                                   "room") is want
+
+
+@pytest.mark.parametrize("message", [
+    "a: x\n\nx\n\nGitdrop-Op: send\nGitdrop-Id: K\n",
+    "a: x\r\n\r\nGitdrop-ID: K\r\n",                 # CRLF, the key in capitals
+    "Gitdrop-iD: K\n",                               # trailers alone, no subject
+    "\nGitdrop-Id: K",                               # an empty first line
+    "s\n\nbody\n\nGitdrop-Op: send\nGitdrop-Id:   K  \n"])
+def test_the_quick_look_for_a_key_never_misses_what_the_parser_reads(message):
+    """The window looks for a Gitdrop-Id line before it parses a message: it must say
+    yes wherever parse_message finds one."""
+    assert fmt.trailer(fmt.parse_message(message)[2], "id") == "K"
+    assert fmt.may_have_trailer(message, "id")
+    assert not fmt.may_have_trailer(message.replace("Id", "Ix").replace("ID", "IX")
+                                    .replace("iD", "iX"), "id")
