@@ -18,7 +18,7 @@ is walked plainly.
 import heapq
 
 from . import fmt
-from .view import first_parent_walk
+from .view import first_parent_walk, reader_memo
 
 KEEP = 4   # windows kept per room of a reader
 
@@ -122,13 +122,7 @@ def plain(reader, tip: str, author: str, key: str, at: int, least: int, most: in
 
 def keyed_before(reader, tip: str, author: str, key: str, at: int, least: int, most: int,
                  seconds: int, room: str = ""):
-    rooms = getattr(reader, "_key_windows", None)
-    if rooms is None:
-        rooms = {}
-        try:
-            reader._key_windows = rooms
-        except AttributeError:
-            pass
+    rooms = reader_memo(reader, "_key_windows")
     if room not in rooms and len(rooms) >= 64:
         rooms.clear()
     windows = rooms.setdefault(room, [])

@@ -12,7 +12,7 @@ import bisect
 
 from . import brief, deps, fmt, keywindow, machine, model
 from .errors import Refusal
-from .view import Change, RoomView, first_parent_walk, parse_file  # noqa: F401 (Change: re-export)
+from .view import Change, RoomView, first_parent_walk, parse_file, reader_memo  # noqa: F401 (Change: re-export)
 
 
 class Ctx:
@@ -208,13 +208,7 @@ def keyed_before(reader, tip: str, author: str, key: str, at: int, room: str = "
     read, never past KEY_MAX_COMMITS (gitdrop.keywindow keeps what it read for the
     next keyed write). Asked twice for a keyed write (its writer, to answer a retry
     from the first commit; then the rules): kept."""
-    memo = getattr(reader, "_keyed", None)
-    if memo is None:
-        memo = {}
-        try:
-            reader._keyed = memo
-        except AttributeError:
-            pass
+    memo = reader_memo(reader, "_keyed")
     k = (tip, author, str(key), at)
     if k not in memo:
         if len(memo) >= 256:

@@ -16,6 +16,7 @@ import os
 
 from . import model
 from .files import NOFOLLOW, write_whole
+from .view import reader_memo
 
 COMPACT_SLACK = 1000   # stale lines tolerated beyond the live ones before a rewrite
 
@@ -75,7 +76,7 @@ def ready_pool(view) -> tuple[list[dict], dict[str, str]]:
     if entry is None:
         return _pool(headers(view))
     tree = entry[1]
-    mem = _memo(reader, "_ready_pools")
+    mem = reader_memo(reader, "_ready_pools")
     got = mem.get(view.name)
     if got is not None and got[0] == tree:
         return got[1], got[2]
@@ -117,17 +118,6 @@ def _save_pool(path: str, tree: str, pool, states) -> None:
                                      separators=(",", ":")).encode(), 0o600)
     except OSError:
         pass   # a cache
-
-
-def _memo(reader, attr: str) -> dict:
-    got = getattr(reader, attr, None)
-    if got is None:
-        got = {}
-        try:
-            setattr(reader, attr, got)
-        except AttributeError:
-            pass
-    return got
 
 
 class _Index:
@@ -209,7 +199,7 @@ def _line(oid: str, header: dict) -> str:
 
 
 def _index(reader, room: str) -> _Index:
-    got = _memo(reader, "_task_index")
+    got = reader_memo(reader, "_task_index")
     if room not in got:
         git_dir = _git_dir(reader)
         got[room] = _Index(path_for(git_dir, room) if git_dir else "")

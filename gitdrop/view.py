@@ -50,6 +50,20 @@ class CommitData:
         return self.parents[0] if self.parents else ""
 
 
+def reader_memo(reader, attr: str) -> dict:
+    """A dict kept on `reader` under `attr` (made on first use), for what a process
+    works out from commits and trees, which never change; a reader that takes no
+    attribute gets a new one each time (nothing is kept)."""
+    got = getattr(reader, attr, None)
+    if got is None:
+        got = {}
+        try:
+            setattr(reader, attr, got)
+        except AttributeError:
+            pass
+    return got
+
+
 def first_parent_walk(reader, oid: str):
     """Commits from `oid` back along first parents (cheap; never a full sort)."""
     while oid:
