@@ -229,10 +229,7 @@ def judge(repo: str, paths, what: str, links=frozenset()) -> int:
 
 def staged_paths(repo: str) -> tuple[list[str], set[str]]:
     """The paths a commit would change, and which of them are submodules."""
-    out = _git("diff", "--cached", "--name-only", "--no-renames", "-z", cwd=repo)
-    paths = [p for p in out.split("\0") if p]
-    has_head = _git("rev-parse", "--verify", "--quiet", "HEAD", cwd=repo, check=False).strip()
-    return paths, _links(repo, paths, [None] + (["HEAD"] if has_head else []))
+    return _raw_paths(_git("diff", "--cached", "--raw", "--no-renames", "-z", cwd=repo))
 
 
 def pushed_paths(repo: str, lines: str) -> tuple[list[str], set[str]]:
@@ -258,37 +255,22 @@ def pushed_paths(repo: str, lines: str) -> tuple[list[str], set[str]]:
 
 
 def _raw_paths(out: str) -> tuple[list[str], set[str]]:
-    """The paths of `git log --raw -z` output, and those that are a submodule on
-    either side of a change (mode 160000: its removal or replacement by a file too,
-    which the pushed tip no longer shows)."""
-    paths, links, fields = [], set(), out.split("\0")
-    for i, meta in enumerate(fields[:-1]):
+    """The paths of `git log --raw -z` (or `git diff --raw -z`) output, and those that
+    are a submodule on either side of a change (mode 160000: its removal or its
+    replacement by a file too, which the pushed tip no longer shows). Read in order,
+    a status then its path: a path that starts with ":" is not taken for a status."""
+    paths, links, fields, i = [], set(), out.split("\0"), 0
+    while i < len(fields) - 1:
+        meta = fields[i].lstrip("\n")   # git log puts a newline between commits
         if not meta.startswith(":"):
+            i += 1
             continue
-        path = fields[i + 1].strip("\n")
-        if not path:
-            continue
+        path, i = fields[i + 1], i + 2
         paths.append(path)
         colons = len(meta) - len(meta.lstrip(":"))
         if "160000" in meta.lstrip(":").split()[:colons + 1]:
             links.add(path)
     return paths, links
-
-
-def _links(repo: str, paths: list[str], trees) -> set[str]:
-    """Which of `paths` are submodules (gitlinks) in any of `trees` (None: the index)."""
-    found = set()
-    for i in range(0, len(paths), 500):
-        chunk = paths[i:i + 500]
-        for tree in trees:
-            args = ["ls-files", "-s", "-z", "--"] if tree is None else \
-                ["ls-tree", "-z", tree, "--"]
-            out = _git(*args, *chunk, cwd=repo, check=False)
-            for entry in out.split("\0"):
-                meta, _, path = entry.partition("\t")
-                if meta.startswith("160000 "):
-                    found.add(path)
-    return found
 
 
 # --- install --------------------------------------------------------------------
