@@ -752,13 +752,10 @@ class ToolBox:
             edits["priority"] = _as_int(priority, "priority")
         if review:
             edits["review"] = review.strip().lower() in ("true", "1", "yes")
-        if handshake_id:
-            hid = "0" if str(handshake_id).strip() == "none" else _int_id(handshake_id,
-                                                                           "handshake_id")
-            if not (hid.isascii() and hid.isdigit() and len(hid) < 19):
-                raise UsageError(f"handshake_id {str(handshake_id)[:40]!r} is not a handshake "
-                                 "id", "pass its number (handshake_status), or none")
-            edits["handshake"] = int(hid)
+        if handshake_id:   # one the room has not, or past 64 bits: the rules refuse it
+            hid = str(handshake_id).strip()
+            edits["handshake"] = 0 if hid == "none" else _as_int(hid.lstrip("#"),
+                                                                 "handshake_id")
         for k, v in (("tags", tags), ("after", after), ("requires", requires)):
             if v:
                 edits[k] = [] if v.strip() == "none" else [x.lstrip("#") for x in _split(v)]
