@@ -6,8 +6,8 @@ import math
 import os
 import signal
 import subprocess
-import threading
 import sys
+import threading
 import time
 from typing import Annotated, Optional
 
@@ -16,6 +16,7 @@ import typer
 from .base import Scope, ago, command, paint, split_list, sub_app, table
 from .. import fmt
 from ..errors import UsageError
+from ..files import NOFOLLOW, write_whole
 
 app = typer.Typer(add_completion=False)
 feedback_app = sub_app("feedback", "Questions for people: what agents and workers asked "
@@ -74,7 +75,7 @@ class Ledger:
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             fd = os.open(os.path.join(self.dir, self.key + ".lock"),
-                         os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                         os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
         except OSError:
             yield   # no lock to share: as a lone worker
             return
@@ -96,7 +97,6 @@ class Ledger:
         self._write()
 
     def _write(self) -> None:
-        from ..files import write_whole
         try:
             if not self.task and not self.program[0]:
                 os.unlink(self.path)
