@@ -28,6 +28,8 @@ def set_fsync(on: bool) -> None:
 class Reader:
     """Object access for the rules and views, over pygit2."""
 
+    keeps_memos = True   # what its walks learn is kept in the hub (gitdrop.keywindow)
+
     def __init__(self, repo: pygit2.Repository):
         self.repo = repo
         self._commits: dict[str, CommitData] = {}

@@ -334,6 +334,68 @@ def test_an_idempotency_key_outlives_a_flood_of_commits(hub, team, clone):
     assert "another operation" in attempt(hub, c, "idempotency-key")
 
 
+def test_a_fresh_process_finds_a_key_of_a_busy_day_without_walking_it_again(hub, team,
+                                                                          tmp_path):
+    """A keyed write in a fresh process (a CLI call with --key, the hook) walked the
+    day's history for its key: 0.6-0.8 s in a room of 50,000 commits a day, for each
+    call. A room's window is kept in the hub: the next process reads only the commits
+    since, and finds what the walk finds. A window damaged, cut short or planted as
+    a FIFO is walked again, to the same answer."""
+    import os
+    import time
+    from gitdrop import hub as hubmod, keywindow, rules
+    first = team.create_task("core/spartan", "deploy", key="deploy-9")
+    _filler(hub, rules.KEY_MIN_COMMITS + 3000, int(time.time()))
+    assert team.create_task("core/spartan", "deploy", key="deploy-9")["replayed"]
+    keys = os.path.join(hub.path, "gitdrop", "keys")
+    [kept] = os.listdir(keys)
+    kept = os.path.join(keys, kept)
+    _filler(hub, 40, int(time.time()))
+
+    def fresh():
+        """The room as a new process sees it (a reader of its own), and its reads."""
+        room = hubmod.Hub(hub.path).room("lobby")
+        reader, reads = room.store.reader, [0]
+        read = reader.commit
+
+        def counted(oid):
+            reads[0] += 1
+            return read(oid)
+        reader.commit = counted
+        return room, reads
+
+    room, reads = fresh()
+    again = room.create_task("core/spartan", "deploy", key="deploy-9")
+    assert again["replayed"] and again["task"] == first["task"]
+    assert reads[0] < 300, reads   # the 40 since, not the 5,000 of the day
+    with pytest.raises(Refusal) as e:   # another operation under the key: as refused
+        room.send("core/spartan", "core/juno", "hi", key="deploy-9")
+    assert e.value.rule == "idempotency-key"
+    # a new key after the window was kept, found by the next process from it
+    made = room.create_task("core/kai", "later", key="later-1")
+    room, reads = fresh()
+    assert room.create_task("core/kai", "later", key="later-1")["task"] == made["task"]
+    assert reads[0] < 300, reads
+    # the CLI (a process of its own) replays from the kept window too
+    out = Gitdrop(hub.path, str(tmp_path / "home"), "core/spartan").js(
+        "task", "create", "deploy", "--key", "deploy-9")
+    assert out["replayed"] and out["task"] == first["task"]
+    # a window cut short, damaged or a FIFO: walked again, the same answer
+    whole = open(kept, "rb").read()
+    for bad in (whole[:len(whole) // 2], whole.replace(b"deploy-9", b"deploy-0"), None):
+        os.unlink(kept)
+        if bad is None:
+            os.mkfifo(kept)
+        else:
+            with open(kept, "wb") as f:
+                f.write(bad)
+        room, reads = fresh()
+        got = room.create_task("core/spartan", "deploy", key="deploy-9")
+        assert got["replayed"] and got["task"] == first["task"]
+        assert reads[0] > rules.KEY_MIN_COMMITS, reads
+    assert keywindow.Window.load(whole, 1, 2, 3) is None   # other bounds: not this one
+
+
 def test_an_idempotency_key_is_forgotten_after_a_day_and_2000_commits(hub, team):
     """The window has an end (else every keyed write of a long-lived room would read
     its whole history): a key used more than a day and 2,000 commits ago is new."""
