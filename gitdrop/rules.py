@@ -994,6 +994,8 @@ def _move_retry(before, c, old, new, tid):
                 "retries", "cancel it or create a new task")
     _known_agent(before, c, new["assignee"])
     _check_caps(before, c, old, new["assignee"])
+    if new["signoffs"]:   # else its creator retried it with the leads' names in
+        _refuse("dual-sign", c, "retrying clears the sign-offs", "set signoffs = []")
 
 
 def _move_block(before, c, old, new, tid):
@@ -1342,9 +1344,16 @@ def _check_room_create(before, c, changes, ctx, op):
         _refuse("format", c, f"bad room name {room['name']!r}",
                 "name the room with letters, digits, '.', '_' or '-' (gitdrop room create)")
     _check_leads(c, room)
+    _check_settings(c, room)
     teams = ctx.registry()
     if teams is not None:
         _registry_leads(c, room, {}, teams)
+        unsaid = [t for t in room["teams"] if t in teams and room["leads"].get(t) != teams[t]]
+        if unsaid and ctx.now is not None:   # a room made without another team's lead
+            _refuse("lead-only", c, f"room.toml leaves out the lead of team {unsaid[0]} "
+                    f"({teams[unsaid[0]]}): a new room records the registry's lead of each "
+                    "of its teams", f"add {unsaid[0]} = \"{teams[unsaid[0]]}\" under [leads] "
+                    "(gitdrop room create does)")
         mine = [t for t, lead in teams.items() if lead == c.author]
         if not (model.is_hub_identity(c.author) or set(mine) & set(room["teams"]) or
                 (not room["teams"] and mine)):
@@ -1405,7 +1414,7 @@ def _check_room_settings(before, c, changes, ctx, op):
     if teams is not None:
         _registry_leads(c, new, old["leads"], teams)
     lead = c.author in room_leads(before) or model.is_hub_identity(c.author)
-    if not lead and not _self_join(old, new, c.author):
+    if not lead and not _self_join(old, new, c.author) and not _resync(old, new, c.author, teams):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
                 + ("" if old["open"] else " (a closed room: its leads add teams)"),
                 "ask a lead of the room to change it"
@@ -1416,7 +1425,19 @@ def _check_room_settings(before, c, changes, ctx, op):
                 not model.is_hub_identity(c.author) and (teams or {}).get(t) != now:
             _refuse("lead-only", c, f"only {was} hands over the lead of team {t} in this room",
                     f"ask {was}")
-    for k, v in new["settings"].items():
+        # A team, or its lead, taken out of the room by another lead: that lead then
+        # reviewed the team's work, signed its cross-team tasks alone and destroyed
+        # the room without its consent.
+        if (t not in new["teams"] or not now) and c.author != was and \
+                not model.is_hub_identity(c.author) and (teams or {}).get(t) != c.author:
+            _refuse("lead-only", c, f"only team {t}'s lead ({was}) or the hub's operator "
+                    f"takes team {t}" + (" out of" if t not in new["teams"] else "'s lead out "
+                                         "of") + f" room {before.name!r}", f"ask {was}")
+    _check_settings(c, new)
+
+
+def _check_settings(c, room):
+    for k, v in room["settings"].items():
         if k not in model.DEFAULT_SETTINGS or not isinstance(v, int) or isinstance(v, bool) \
                 or v < 0:
             _refuse("format", c, f"setting {k}={v!r} is unknown or not a whole number >= 0",
@@ -1441,6 +1462,17 @@ def _self_join(old, new, author) -> bool:
             and {k: v for k, v in new["leads"].items() if k != team} == old["leads"])
 
 
+def _resync(old, new, author, teams) -> bool:
+    """The registry's lead of one of the room's teams records itself as the team's
+    lead there (after a hand-over in the registry), and changes nothing else: else
+    the lead it replaced kept its powers in every closed room."""
+    team = model.split_agent(author)[0]
+    return (teams or {}).get(team) == author and team in old["teams"] and \
+        new["leads"] == dict(old["leads"], **{team: author}) and \
+        {k: v for k, v in new.items() if k != "leads"} == \
+        {k: v for k, v in old.items() if k != "leads"}
+
+
 def _check_room_change(before, c, changes, ctx, op):
     """Any change of room.toml: by a lead of the room (registered or recorded in
     room.toml), or a self-join of an open room by the joining team's lead."""
@@ -1449,7 +1481,8 @@ def _check_room_change(before, c, changes, ctx, op):
         _refuse("one-operation", c, "room.toml cannot be deleted", "archive the room instead")
     new = _doc(c, ch, "new")[0]
     if c.author not in before.room["leads"].values() and \
-            not model.is_hub_identity(c.author) and not _self_join(before.room, new, c.author):
+            not model.is_hub_identity(c.author) and not _self_join(before.room, new, c.author) \
+            and not _resync(before.room, new, c.author, ctx.registry()):
         _registered(before, c, op)
     _check_room_settings(before, c, changes, ctx, op)
 

@@ -853,3 +853,109 @@ def test_an_id_that_names_no_commit_is_not_read_as_one(hub):
                     reader.commit(oid)
     finally:
         cat.close()
+
+
+# --- who runs a room: a lead may not take another team's place ---------------------
+
+def test_a_retry_may_not_carry_the_leads_sign_offs(proj, hub, clone):
+    """A cross-team task's creator (no lead) retried it, failed, with both leads'
+    names in signoffs, and its assignee started it with no lead ever signing."""
+    from test_rules_push import attempt
+    t = proj.create_task("web/mallory", "cross-team work", assignee="core/spartan")["id"]
+    with pytest.raises(Refusal) as e:
+        proj.move_task("core/spartan", t, "start")
+    assert e.value.rule == "dual-sign"
+    proj.move_task("core/spartan", t, "fail", note="flaky")
+    c = clone("web/mallory", room="proj")
+    path = model.task_path(t)
+    text = c.read(path)
+    retried = text.replace('state = "failed"', 'state = "assigned"').replace(
+        "retries = 0", "retries = 1").replace("signoffs = []", 'signoffs = ["core/juno", "web/ana"]')
+    assert retried.count("core/juno") == 1 and 'state = "assigned"' in retried, retried
+    c.write(path, retried).commit(fmt.format_message(
+        f"retry {t}", "", [("op", "task-retry"), ("task", t)]))
+    attempt(hub, c, "dual-sign")
+    proj.move_task("web/mallory", t, "retry")   # as it should be: no sign-offs, so
+    with pytest.raises(Refusal) as e:            # the start still waits for both leads
+        proj.move_task("core/spartan", t, "start")
+    assert e.value.rule == "dual-sign"
+
+
+def test_a_lead_may_not_take_another_team_or_its_lead_out_of_a_room(proj, hub, clone,
+                                                                     tmp_path):
+    """Core's lead dropped web's lead from room.toml (web stayed a member), or web
+    itself, in a push or with `room leave`; then reviewed web's work, signed its
+    cross-team tasks alone and destroyed the room without web's lead."""
+    from test_rules_push import attempt
+    c = clone("core/juno", room="proj")
+    text = c.read("room.toml")
+    assert '\nweb = "web/ana"' in text
+    c.write("room.toml", text.replace('\nweb = "web/ana"', "")).commit(
+        fmt.format_message("room settings", "", [("op", "room-settings")]))
+    attempt(hub, c, "lead-only")
+    # the same through the command line: `room leave --team web` by core's lead
+    home = tmp_path / "h-leave"
+    home.mkdir()
+    gd = Gitdrop(hub.path, str(home), "core/juno")
+    doc = gd.refused(3, "lead-only", "room", "leave", "proj", "--team", "web")
+    assert "web/ana" in doc["reason"]
+    assert hub.room("proj").view().room["leads"] == {"core": "core/juno", "web": "web/ana"}
+    # so destroying the room still waits for web's lead
+    first = hub.destroy_room("proj", by="core/juno")
+    assert first["destroyed"] is False and first["waiting_for"] == ["web/ana"], first
+    # web's own lead takes web out, and the operator may
+    assert hub.leave_room("web", "proj", by="web/ana")["room"] == "proj"
+    hub.join_room("web", "proj", by="core/juno")
+    hub.leave_room("web", "proj", by="hub/admin")
+    assert "web" not in hub.room("proj").view().room["teams"]
+
+
+def test_a_pushed_room_records_the_lead_of_each_of_its_teams(proj, hub, tmp_path):
+    """A room pushed for core and web with core's lead alone: web had no say in it
+    (its reviews and sign-offs fell to core's lead, and its consent to destroy)."""
+    path = _root_room_commit(tmp_path, "half", "core/juno", {"core": "core/juno"},
+                             ["core", "web"])
+    p = git("push", hub.path, "HEAD:refs/heads/rooms/half", cwd=path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "lead-only", p.stderr
+    assert 'web = "web/ana"' in p.stderr
+    assert not hub.store.tip("refs/heads/rooms/half")
+    path = _root_room_commit(tmp_path, "whole", "core/juno",
+                             {"core": "core/juno", "web": "web/ana"}, ["core", "web"])
+    assert git("push", hub.path, "HEAD:refs/heads/rooms/whole", cwd=path,
+               check=False).returncode == 0
+
+
+@pytest.mark.parametrize("setting", ['"x"', "true", "-5", "1.5"])
+def test_a_pushed_room_with_bad_settings_is_refused(hub, tmp_path, setting):
+    """A room created with loop_cap = "x" was accepted, and every write after it was
+    refused as damaged, with nothing able to mend it."""
+    hub.register_team("core", "core/juno")
+    path = _root_room_commit(tmp_path, "bad", "core/juno", {"core": "core/juno"}, ["core"])
+    with open(path / "room.toml", "a") as f:
+        f.write(f"\n[settings]\nloop_cap = {setting}\n")
+    git("commit", "-q", "--amend", "-a", "--no-edit", cwd=path)
+    p = git("push", hub.path, "HEAD:refs/heads/rooms/bad", cwd=path, check=False)
+    assert p.returncode != 0 and refused_rule(p.stderr) == "format", p.stderr
+    assert not hub.store.tip("refs/heads/rooms/bad")
+
+
+def test_a_team_s_new_lead_takes_its_place_in_a_closed_room(proj, hub, tmp_path):
+    """After a hand-over in the registry, the new lead's `room join` (the re-sync)
+    was refused in a closed room, and the lead it replaced kept its powers there."""
+    hub.register_team("web", "web/bob", by="web/ana")
+    assert hub.team("web")["lead"] == "web/bob"
+    # a re-sync is of one's own team, and changes nothing else
+    with pytest.raises(Refusal) as e:
+        hub.room("proj").update_room("web/bob", "room-join", "more",
+                                     leads=lambda d: dict(d["leads"], web="web/bob"),
+                                     settings={"loop_cap": 1})
+    assert e.value.rule in ("lead-only", "registered-author"), e.value
+    home = tmp_path / "h-bob"
+    home.mkdir()
+    gd = Gitdrop(hub.path, str(home), "web/bob")
+    gd.ok("room", "join", "proj", "--team", "web")
+    view = hub.room("proj").view()
+    assert view.room["leads"] == {"core": "core/juno", "web": "web/bob"}
+    with pytest.raises(Refusal) as e:   # the replaced lead runs nothing there now
+        hub.room_settings("proj", by="web/ana", changes={"loop_cap": 1})
+    assert e.value.rule == "lead-only"
