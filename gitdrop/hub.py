@@ -10,7 +10,7 @@ import pygit2
 
 from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
-from .errors import Conflict, Damaged, NotFound, Refusal, UsageError
+from .errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
 from .view import CommitData, RoomView, first_parent_walk, render_file
@@ -269,6 +269,29 @@ class Hub:
     def teams(self) -> list[dict]:
         view = self._hub_view()
         return [self.team(n[:-5]) for n in view.names("teams") if n.endswith(".toml")]
+
+    def where_known(self, agent_id: str) -> str:
+        """Where `agent_id` is someone's on this hub ("" if nowhere): its team's entry
+        in the registry (lead or member), or a room, active or archived, it is
+        registered in. A token for such a name is the hub owner's to mint: tokens are
+        hub-wide, and one given to whoever registered a lead's name first in another
+        room acted as that lead everywhere."""
+        team = model.split_agent(agent_id)[0]
+        t = self.team(team, missing_ok=True) if model.is_name(team) else None
+        if t is not None and t["lead"] == agent_id:
+            return f"the lead of team {team} in the team registry"
+        if t is not None and agent_id in t["members"]:
+            return f"a member of team {team} in the team registry"
+        for prefix in (model.ROOM_PREFIX, model.ARCHIVE_PREFIX):
+            for name in self.store.rooms(prefix):
+                try:
+                    tip = self.store.tip(prefix + name)
+                    c = self._room_commit(prefix + name, tip)
+                    if RoomView(self.store.reader, c.tree, tip, name).agent(agent_id):
+                        return f"room {name}"
+                except GitdropError:
+                    continue   # a damaged room names nobody (repair says so)
+        return ""
 
     # --- rooms: who may act on them ----------------------------------------------------
     def _locate(self, room: str) -> tuple[str, str, RoomView]:
@@ -772,7 +795,6 @@ class Hub:
         """Reap the tasks whose lease has expired, in every active room, as
         hub/reaper: [{room, task, state, assignee, ...}]. A room that cannot be
         read is skipped (and told on stderr); the next round tries it again."""
-        from .errors import GitdropError
         out = []
         for name in self.store.rooms(model.ROOM_PREFIX):
             try:

@@ -350,3 +350,33 @@ def test_a_line_the_sdk_cannot_read_is_answered_on_stdio(hub):
     finally:
         p.kill()
         p.wait()
+
+
+async def test_no_token_is_minted_for_a_name_someone_has_elsewhere_on_the_hub(hub):
+    """Tokens are hub-wide, but `register` looked for the name in the served room
+    alone: a lead registered by the command line in another room (so without a token)
+    was registered anew by an anonymous caller, who got a token for it and changed
+    and archived that lead's room. A name the hub knows anywhere (a room, active or
+    archived, or the team registry) gets its token from the hub's owner."""
+    hub.register_team("core", "core/juno")
+    hub.register_team("web", "web/ana", members=["web/bob"])
+    hub.create_room("hub/admin", "proj", teams=["core", "web"])
+    hub.room("proj").register("core/juno")
+    hub.room("proj").register("core/spartan")
+    hub.create_room("hub/admin", "old", teams=["core"])
+    hub.room("old").register("core/kai")
+    hub.archive_room("old", by="core/juno")
+    with http_server(hub.path) as url:   # it serves the lobby, where none of them is
+        async with http_agent(url, "anon", "auto") as anon:
+            before = tips(hub)
+            for name, where in (("core/juno", "lead of team core"),
+                                ("core/spartan", "room proj"), ("core/kai", "room old"),
+                                ("web/ana", "lead of team web"),
+                                ("web/bob", "member of team web")):
+                text = await anon.refused("register", "token", agent_name=name)
+                assert where in text and f"gitdrop token {name}" in text, text
+            assert tips(hub) == before
+            assert not os.path.exists(os.path.join(hub.path, "gitdrop", "tokens.json"))
+            # a name nobody has is still anyone's to take, as before
+            reg = await anon.ok("register", agent_name="core/newcomer")
+            assert reg["token"].startswith("gd_")

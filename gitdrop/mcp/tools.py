@@ -605,10 +605,14 @@ class ToolBox:
             elif self.verifier.has(agent_id):
                 raise Refusal("token", f"{agent_id} already has a token", "send it as the "
                               "header Authorization: Bearer <token> (or as token=...)")
-            elif self.room.view().agent(agent_id) is not None:
-                raise Refusal("token", f"{agent_id} is registered but has no token",
-                              f"ask the hub's owner to mint one (gitdrop token {agent_id})")
-            else:
+            else:   # a name someone has anywhere on the hub (tokens are hub-wide)
+                here = self.room.view().agent(agent_id) is not None
+                where = "" if here else self.hub.where_known(agent_id)
+                if here or where:
+                    raise Refusal("token", f"{agent_id} is registered"
+                                  + (f" on this hub ({where})" if where else "")
+                                  + " but has no token",
+                                  f"ask the hub's owner to mint one (gitdrop token {agent_id})")
                 self._may_join(c, agent_id)
                 mint = True
         try:
