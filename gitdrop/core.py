@@ -796,8 +796,10 @@ class Room:
                 new["resume"] = ""
             elif move == "ask":
                 new["question"], new["answer"] = question or note, ""
+                new["resume"] = old["state"]
             elif move == "answer":
                 new["answer"] = answer or note
+                new["resume"] = ""
             elif move == "sign":
                 new["signoffs"] = old["signoffs"] + [agent]
             elif move == "reap":

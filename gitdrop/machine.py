@@ -39,8 +39,9 @@ MOVES = {
                 ("assignee", "retries", "signoffs", "lease_until")),
     "block":   (("assigned", "in_progress"), "blocked", ("assignee", "lead"), ("resume",)),
     "unblock": (("blocked",), "resume", ("assignee", "lead"), ("resume",)),
-    "ask":     (("assigned", "in_progress"), "feedback", ("assignee",), ("question", "answer")),
-    "answer":  (("feedback",), "in_progress", ("creator", "lead"), ("answer",)),
+    "ask":     (("assigned", "in_progress"), "feedback", ("assignee",),
+                ("question", "answer", "resume")),
+    "answer":  (("feedback",), "resume", ("creator", "lead"), ("answer", "resume")),
     "cancel":  (OPEN, "cancelled", ("creator", "lead"), ()),
     "sign":    (("assigned",), "assigned", ("lead",), ("signoffs",)),
     "edit":    (OPEN, "same", ("creator", "lead", "assignee"),
@@ -97,7 +98,7 @@ def legal_moves(state: str) -> str:
 def table_markdown() -> str:
     rows = ["| move | from | to | who | may also change |", "|---|---|---|---|---|"]
     for move, (frm, to, who, fields) in MOVES.items():
-        to_s = {"resume": "the state it was blocked from", "same": "(unchanged)",
+        to_s = {"resume": "the state in resume (where it was)", "same": "(unchanged)",
                 "reap": "pending (failed past max_retries)"}.get(to, to)
         rows.append(f"| {move} | {', '.join(frm)} | {to_s} | {', '.join(who)} | "
                     f"{', '.join(fields) or '-'} |")

@@ -283,6 +283,22 @@ def is_hub_identity(agent_id: str) -> bool:
     return split_agent(agent_id)[0] == ADMIN_TEAM and "/" in (agent_id or "")
 
 
+def leads_for(agent: dict | None, room: dict, *agent_ids: str) -> bool:
+    """Whether a lead of the room acts for what belongs to `agent_ids` (their tasks,
+    leases, contracts, their registrations). In a closed room every lead does: the
+    room's leads let each team in. In an open room, where the lead of any team may
+    join, a lead acts for its own team, and for teams with no lead recorded there:
+    else a stranger who made a team and joined the lobby deregistered another team's
+    agents and cancelled its tasks."""
+    if not is_lead(agent, room):
+        return False
+    if not room.get("open"):
+        return True
+    teams = {split_agent(a)[0] for a in agent_ids if a}
+    mine = split_agent(agent["id"])[0]
+    return mine in teams or not any(lead_of_team(room, t) for t in teams)
+
+
 def lead_of_team(room: dict, team: str) -> str:
     return room.get("leads", {}).get(team, "")
 

@@ -442,9 +442,10 @@ def _check_deregister(before, c, changes, ctx, op):
     ch = _only(c, changes, "agent")
     if ch.new is not None:
         _refuse("one-operation", c, "deregister removes the agent's file", "delete the file")
-    if ch.key != c.author and not before.is_lead(c.author):
+    if ch.key != c.author and not before.leads_for(c.author, ch.key):
         _refuse("lead-only", c, f"{c.author} cannot deregister {ch.key}",
-                "only the agent itself or a lead may deregister an agent")
+                "only the agent itself or a lead may deregister an agent (in an open room, "
+                "the lead of its own team)")
 
 
 def _check_agent_update(before, c, changes, ctx, op):
@@ -843,7 +844,7 @@ def task_roles(view: RoomView, task: dict, agent_id: str) -> set:
         roles.add("assignee")
     if task["creator"] == agent_id:
         roles.add("creator")
-    lead = model.is_lead(agent, view.room)
+    lead = model.leads_for(agent, view.room, task["creator"], task["assignee"])
     if lead:
         roles.add("lead")
     if reviewer_ok(view, task, agent_id, lead):
@@ -1013,11 +1014,19 @@ def _move_ask(before, c, old, new, tid):
     if not new["question"].strip() or new["answer"]:
         _refuse("task-state-machine", c, "ask sets a question and clears the answer",
                 "give the question (--question)")
+    # The answer returns the task to where it was asked from: a question asked before
+    # the start, answered into in_progress, skipped what a start waits for (the
+    # task's dependencies, its handshake, the leads' sign-offs).
+    if new["resume"] != old["state"]:
+        _refuse("task-state-machine", c, "ask records the state the answer returns to",
+                f"set resume = \"{old['state']}\"")
 
 
 def _move_answer(before, c, old, new, tid):
     if not new["answer"].strip():
         _refuse("task-state-machine", c, "answer sets the answer", "give the answer text")
+    if new["resume"]:
+        _refuse("task-state-machine", c, "answer clears resume", "set resume = \"\"")
 
 
 def _move_sign(before, c, old, new, tid):
@@ -1045,7 +1054,8 @@ def _move_edit(before, c, old, new, tid):
         _check_title(c, new["title"], s)
     if new["reviewer"] and new["reviewer"] != old["reviewer"]:
         _known_agent(before, c, new["reviewer"])
-    decides = c.author == old["creator"] or before.is_lead(c.author)
+    lead = before.leads_for(c.author, old["creator"], old["assignee"])
+    decides = c.author == old["creator"] or lead
     if new["review"] != old["review"] and not decides:
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "decides whether a task goes through review", "ask them to change it")
@@ -1058,7 +1068,7 @@ def _move_edit(before, c, old, new, tid):
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "sets how often a task may be retried", "ask them to change it")   # counted
     if new["handshake"] != old["handshake"]:
-        _check_rebind(before, c, old, new, tid, before.is_lead(c.author) or (
+        _check_rebind(before, c, old, new, tid, lead or (
             c.author == old["creator"] and c.author != old["assignee"]))
     if old["state"] == "review" and not decides:
         _refuse("task-state-machine", c, f"task {tid} is in review: only its creator "
@@ -1241,7 +1251,7 @@ def _check_contract(before, c, changes, ctx, op):
                     f"set owner = \"{c.author}\", version = 1")
         return
     old = _doc(c, ch, "old")[0]
-    if c.author != old["owner"] and not before.is_lead(c.author):
+    if c.author != old["owner"] and not before.leads_for(c.author, old["owner"]):
         _refuse("contract-owner", c, f"contract {ch.key} belongs to {old['owner']}",
                 f"ask {old['owner']} (or a lead) to change it")
     if new["version"] != old["version"] + 1:
@@ -1325,7 +1335,7 @@ def _check_lease_release(before, c, changes, ctx, op):
         _refuse("one-operation", c, f"lease-release deletes leases/{ch.key}.toml, and "
                 "nothing else", "delete the lease's file")
     old = _doc(c, ch, "old")[0]
-    if old["holder"] != c.author and not before.is_lead(c.author):
+    if old["holder"] != c.author and not before.leads_for(c.author, old["holder"]):
         _refuse("lease-holder", c, f"lease {ch.key} on {old['glob']} is held by "
                 f"{old['holder']}; only its holder or a lead releases it",
                 f"ask {old['holder']} (or a lead) to release it, or wait until "

@@ -275,6 +275,10 @@ class RoomView:
     def is_lead(self, agent_id: str) -> bool:
         return model.is_lead(self.agent(agent_id), self.room)
 
+    def leads_for(self, agent_id: str, *of: str) -> bool:
+        """Whether `agent_id` is a lead acting for what belongs to `of` (model.leads_for)."""
+        return model.leads_for(self.agent(agent_id), self.room, *of)
+
     def leads(self) -> list[str]:
         """The room's recorded leads that are registered here."""
         return sorted(x for x in set(self.room["leads"].values()) if self.agent(x))

@@ -959,3 +959,95 @@ def test_a_team_s_new_lead_takes_its_place_in_a_closed_room(proj, hub, tmp_path)
     with pytest.raises(Refusal) as e:   # the replaced lead runs nothing there now
         hub.room_settings("proj", by="web/ana", changes={"loop_cap": 1})
     assert e.value.rule == "lead-only"
+
+
+def test_in_an_open_room_a_lead_acts_for_its_own_team_and_the_unled(hub, lobby, clone):
+    """Any team's lead may join an open room: a stranger who made a team of its own
+    and joined the lobby was a lead there like any other, and deregistered another
+    team's agents, cancelled its tasks, took over its contracts and released its
+    leases. Now, in an open room, a lead acts for its own team, and for agents of
+    teams that have no lead there."""
+    from test_rules_push import attempt
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    lobby.register("solo/kim")                       # a team with no lead in the lobby
+    lobby.register("evil/eve", ["lead"])             # a team of one's own: a lead at once
+    assert lobby.view().room["leads"] == {"core": "core/juno", "evil": "evil/eve"}
+    t = lobby.create_task("core/juno", "core's work", assignee="core/spartan")["id"]
+    lobby.declare_contract("core/spartan", "api.users", "GET /users")
+    lease = lobby.take_lease("core/spartan", "src/**")
+    for call, rule in (
+            (lambda: lobby.deregister("evil/eve", "core/spartan"), "lead-only"),
+            (lambda: lobby.move_task("evil/eve", t, "cancel", note="mine now"),
+             "task-state-machine"),
+            (lambda: lobby.move_task("evil/eve", t, "edit", reviewer="evil/eve"),
+             "task-state-machine"),
+            (lambda: lobby.declare_contract("evil/eve", "api.users", "GET /eve"),
+             "contract-owner"),
+            (lambda: lobby.release_lease("evil/eve", lease["id"]), "lease-holder")):
+        before = lobby.store.room_tip("lobby")
+        with pytest.raises(Refusal) as e:
+            call()
+        assert e.value.rule == rule, (rule, e.value)
+        assert lobby.store.room_tip("lobby") == before
+    # and by a raw push of the deregistration
+    c = clone("evil/eve")
+    c.delete(model.agent_path("core/spartan")).commit(fmt.format_message(
+        "eve deregisters spartan", "", [("op", "deregister")]))
+    attempt(hub, c, "lead-only")
+    # core's own lead still does all of it; so does any lead for a team with no lead
+    lobby.move_task("core/juno", t, "edit", reviewer="core/juno")
+    u = lobby.create_task("solo/kim", "kim's", assignee="solo/kim")["id"]
+    assert lobby.move_task("evil/eve", u, "cancel", note="unled: any lead")["state"] == \
+        "cancelled"
+    lobby.deregister("evil/eve", "solo/kim")
+    # in a closed room every lead of the room acts for all: its leads let each team in
+    hub.create_room("hub/admin", "proj", teams=["core", "evil"])
+    proj = hub.room("proj")
+    for a in ("core/juno", "core/spartan", "evil/eve"):
+        proj.register(a)
+    v = proj.create_task("core/juno", "core's", assignee="core/spartan")["id"]
+    assert proj.move_task("evil/eve", v, "cancel", note="a lead here")["state"] == "cancelled"
+
+
+def test_an_answer_returns_a_task_to_where_it_was_asked_from(proj, hub, clone):
+    """A question asked before the start, and its answer, put the task in progress
+    without a start: past its dependencies, its handshake and the leads' sign-offs
+    (the assignee of a task of its own asked and answered itself). The answer now
+    returns the task to the state it was asked from, as unblock does."""
+    from test_rules_push import attempt
+    first = proj.create_task("core/spartan", "first")["id"]
+    t = proj.create_task("core/spartan", "after first", assignee="core/spartan",
+                         after=[first])["id"]
+    proj.move_task("core/spartan", t, "ask", question="may I?")
+    assert proj.move_task("core/spartan", t, "answer", answer="yes, me")["state"] == \
+        "assigned"
+    with pytest.raises(Refusal) as e:   # and its start waits, as ever
+        proj.move_task("core/spartan", t, "start")
+    assert e.value.rule == "task-dependency", e.value
+    cross = proj.create_task("web/mallory", "across", assignee="core/spartan")["id"]
+    proj.move_task("core/spartan", cross, "ask", question="now?")
+    # a raw push of the answer into in_progress, or of an ask that says nothing of
+    # where it was asked from, is refused
+    c = clone("web/mallory", room="proj")
+    path = model.task_path(cross)
+    c.write(path, c.read(path).replace('state = "feedback"', 'state = "in_progress"').replace(
+        'answer = ""', 'answer = "go"').replace('resume = "assigned"', 'resume = ""')).commit(
+        fmt.format_message(f"answer {cross}", "go", [("op", "task-answer"), ("task", cross)]))
+    attempt(hub, c, "task-state-machine")
+    assert proj.move_task("web/mallory", cross, "answer", answer="go")["state"] == "assigned"
+    with pytest.raises(Refusal) as e:
+        proj.move_task("core/spartan", cross, "start")
+    assert e.value.rule == "dual-sign"
+    c = clone("core/spartan", room="proj")
+    c.write(path, c.read(path).replace('state = "assigned"', 'state = "feedback"').replace(
+        'question = "now?"', 'question = "again?"').replace('answer = "go"', 'answer = ""')
+    ).commit(fmt.format_message(f"ask {cross}", "again?", [("op", "task-ask"), ("task", cross)]))
+    attempt(hub, c, "task-state-machine")
+    # from in_progress, the answer returns it there
+    proj.move_task("core/juno", cross, "sign")
+    proj.move_task("web/ana", cross, "sign")
+    proj.move_task("core/spartan", cross, "start")
+    proj.move_task("core/spartan", cross, "ask", question="which port?")
+    assert proj.move_task("web/mallory", cross, "answer", answer="8080")["state"] == \
+        "in_progress"

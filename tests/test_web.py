@@ -61,7 +61,10 @@ def seed(path: str):
                   body="Return id and name.\n" + HOSTILE, reviewer="core/juno")          # 1
     r.move_task("core/spartan", 1, "start")
     r.create_task("core/juno", HOSTILE)                                                 # 2
-    r.create_task("core/juno", "Pick a port", assignee="core/kai")                      # 3
+    r.create_task("ops/ada", "Pick a port", assignee="core/kai")                        # 3
+    r.move_task("ops/ada", 3, "sign")        # a task across teams: both leads sign it
+    r.move_task("core/juno", 3, "sign")
+    r.move_task("core/kai", 3, "start")
     r.move_task("core/kai", 3, "ask", question="Which port? <b>bold</b>")
     r.create_task("core/juno", "Page of users", assignee="core/spartan",
                   reviewer="core/juno")                                                  # 4
