@@ -490,10 +490,15 @@ class Hub:
         ref, tip, view = self._locate(room)
         by = self._require_lead(view, by, "destroy")
         leads = sorted(set(view.room["leads"].values()))
+        if view.room["open"] and not model.is_hub_identity(by):
+            # any team's lead may join an open room: a stranger who made a team and
+            # joined was its only recorded lead, and destroyed it and its history alone
+            leads.append("hub/admin")
         path = f"destroy/{room}.toml"
         text = self._hub_view().text(path)
         agreed = sorted(set(fmt.loads_toml(text).get("consents", []) if text else []) | {by})
-        waiting = [x for x in leads if x not in agreed]
+        waiting = [x for x in leads if x not in agreed and not (
+            model.is_hub_identity(x) and any(model.is_hub_identity(a) for a in agreed))]
         if waiting:
             self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed})},
                              f"{model.short(by)} agrees to destroy room {room} (waiting for "

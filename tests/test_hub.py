@@ -437,15 +437,18 @@ def test_destroy_is_refused_for_a_non_lead_and_needs_every_lead(h, proj):
     with pytest.raises(NotFound):
         h.destroy_room("proj", "web/ana")
 
-    # a one-team room: its lead decides alone; an open room: one of its leads
+    # a one-team room: its lead decides alone
     h.create_room("core/juno", "solo", teams=["core"])
     assert h.destroy_room("solo", "core/juno")["destroyed"]
+    # an open room: its leads and the operator, since the lead of any team may join
+    # one (a stranger's new team, its only lead, destroyed the lobby alone)
     lobby = h.room("lobby")
     lobby.register("web/ana", ["lead"])
     lobby.register("web/spartan")
     with pytest.raises(Refusal):
         h.destroy_room("lobby", "web/spartan")
-    assert h.destroy_room("lobby", "web/ana")["destroyed"]
+    assert h.destroy_room("lobby", "web/ana")["waiting_for"] == ["hub/admin"]
+    assert h.destroy_room("lobby", "hub/admin")["destroyed"]
 
 
 def test_archive_loses_no_concurrent_write(h, proj, tmp_path):

@@ -35,13 +35,13 @@ def _killed(p: subprocess.CompletedProcess) -> None:
 MOVER = """
     import os, signal, sys
     from gitdrop import hub as hubmod
-    path, action, step = sys.argv[1:4]
+    path, action, step, by = (sys.argv[1:] + ["t/ann"])[:4]
     def reached(name):
         if name == step:
             os.kill(os.getpid(), signal.SIGKILL)
     hubmod._reached = reached
     h = hubmod.Hub(path)
-    getattr(h, action)("r", "t/ann")
+    getattr(h, action)("r", by)
     print("not killed")
 """
 
@@ -99,7 +99,9 @@ def test_a_restore_killed_between_its_two_refs_is_finished(tmp_path):
 
 def test_a_destroy_killed_after_writing_down_its_move_is_finished(tmp_path):
     path, tip = _room_hub(tmp_path)
-    _killed(_child(MOVER, path, "destroy_room", "journaled"))
+    # an open room: its destroy is the operator's too (its only lead waits for it)
+    assert hubmod.Hub(path).destroy_room("r", "t/ann")["waiting_for"] == ["hub/admin"]
+    _killed(_child(MOVER, path, "destroy_room", "journaled", "hub/admin"))
     assert hubmod.Store(path).tip(ROOM_REF) == tip   # nothing moved yet
     assert _refs(path) == ("", "")
     assert not _journal(path)
