@@ -336,6 +336,20 @@ def loads_toml(text: str) -> dict:
     return data
 
 
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+def json_line(obj, **kw) -> str:
+    """`obj` as one line of JSON, text kept as it is (not \\u-escaped), but for the
+    characters other line splitters break at (Python's str.splitlines, JavaScript):
+    one of them in a message made a Stop hook read half a document."""
+    import json
+    text = json.dumps(obj, ensure_ascii=False, **kw)
+    if any(c in text for c in _LINE_BREAKS):
+        text = text.translate(str.maketrans(_LINE_BREAKS))
+    return text
+
+
 def _dump_str(s: str) -> str:
     if '"' not in s and "\\" not in s and _plain(s):
         return '"' + s + '"'

@@ -13,7 +13,6 @@ where the same computation runs on the tips the hub itself advertised.
 """
 
 import functools
-import json
 import os
 import struct
 import sys
@@ -625,11 +624,10 @@ def _alert(w: dict, as_json: bool) -> str:
             f"(next: {step})")
     if not as_json:
         return line
-    return json.dumps({"ok": True, "alert": line, "summary": summary, "agent": w["agent"],
-                       "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
-                       "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
-                       "handshakes": w["handshakes"], "ready": w["ready"]},
-                      ensure_ascii=False)
+    return fmt.json_line({"ok": True, "alert": line, "summary": summary, "agent": w["agent"],
+                          "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
+                          "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
+                          "handshakes": w["handshakes"], "ready": w["ready"]})
 
 
 def _has_work(w: dict) -> bool:
@@ -709,17 +707,17 @@ def run_wait(hub: str, room: str, agent: str, timeout: float | None, as_json: bo
             done.set()  # no alert after the timeout is reported
         _say(f"nothing for {agent} in {room} after {timeout:g} s")
         if as_json:   # one document says so, like every --json that does not succeed
-            print(json.dumps({
+            print(fmt.json_line({
                 "ok": False, "exit_code": TIMEOUT_EXIT, "error": "timeout", "rule": "timeout",
                 "reason": f"nothing waited for {agent} in {room} within {timeout:g} s",
                 "fix": "wait again (gitdrop wait --timeout S), or look now (gitdrop inbox "
                        "--peek)", "commit": "", "agent": agent, "room": room,
-                "timeout": timeout}, ensure_ascii=False), flush=True)
+                "timeout": timeout}), flush=True)
         return TIMEOUT_EXIT
     except GitdropError as e:
         if as_json:
-            print(json.dumps(dict({"ok": False, "exit_code": e.exit_code}, **e.to_dict()),
-                             ensure_ascii=False), flush=True)
+            print(fmt.json_line(dict({"ok": False, "exit_code": e.exit_code}, **e.to_dict())),
+                  flush=True)
         sys.stderr.write(e.render() + "\n")
         return e.exit_code
     except KeyboardInterrupt:
@@ -742,7 +740,7 @@ def run_watch(hub: str, room: str, agent: str, as_json: bool) -> int:
             with lock:
                 try:
                     for ev in evs:
-                        sys.stdout.write((json.dumps(ev, ensure_ascii=False) if as_json
+                        sys.stdout.write((fmt.json_line(ev) if as_json
                                           else event_line(ev)) + "\n")
                     sys.stdout.flush()
                 except (BrokenPipeError, ValueError):  # the reader went away

@@ -317,3 +317,38 @@ def test_a_remote_hub_wakes_it_too(hub, team, tmp_path):
     assert time.monotonic() - t0 < 15, err
     assert f"you claimed task {tid}" in blocks(json.loads(out))
     assert team.task(tid)["assignee"] == "core/spartan"
+
+
+def test_a_line_separator_in_a_message_does_not_turn_the_hook_off(hub, team, tmp_path):
+    """U+2028 or U+0085 in a message (the rules take them) was written raw in --json
+    output, and the hook, splitting lines with str.splitlines(), read half a document:
+    it let the agent stop, every time, never saying a message waited."""
+    team.send("core/juno", "spartan", "hello\u2028world\x85 and\u2029more")
+    reason = blocks(hook(hub, tmp_path)[0])
+    assert "1 unread message from juno" in reason
+    # every --json document is one line, whatever splits it
+    env = _env(hub, tmp_path, 5)
+    p = subprocess.run([PY, "-m", "gitdrop", "inbox", "--peek", "--json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.splitlines()) == 1, p.stdout
+    doc = json.loads(p.stdout)
+    assert doc["messages"][0]["text"] == "hello\u2028world\x85 and\u2029more"
+
+
+def test_the_repeat_counter_is_kept_where_no_one_else_writes(hub, team, tmp_path):
+    """The counter was a file of a guessable name in /tmp, written with open(..., "w"):
+    a link planted there had the hook write through it, and a counter planted there
+    let the agent stop with work waiting. It is kept in a folder of the user's own,
+    which a link in its place does not stand for."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    os.symlink(planted, tmp_path / f"gitdrop-stop-{os.getuid()}")
+    home = tmp_path / "home"
+    tid = team.create_task("core/juno", "stuck", "the work", assignee="core/spartan")["id"]
+    team.move_task("core/spartan", tid, "start")
+    runs = [hook(hub, tmp_path, GITDROP_MAX_REPEATS=2, HOME=home) for _ in range(3)]
+    assert [got is not None for got, _, _ in runs] == [True, True, False]
+    assert os.listdir(planted) == []
+    kept = home / ".gitdrop" / "stop-hook"
+    assert kept.is_dir() and (kept.stat().st_mode & 0o777) == 0o700 and os.listdir(kept)

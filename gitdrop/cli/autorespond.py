@@ -1,13 +1,13 @@
 """`gitdrop autorespond`: answers an agent's messages while it is away
 (gitdrop/autorespond.py does the work; docs/AUTORESPOND.md has the rules file)."""
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
 from .base import Scope, command, paint
+from .. import fmt
 
 app = typer.Typer(add_completion=False)
 
@@ -55,7 +55,7 @@ def autorespond(s: Scope,
 
     def show(ev):
         if s.json:
-            print(json.dumps(ev, ensure_ascii=False, default=str), flush=True)
+            print(fmt.json_line(ev, default=str), flush=True)
             return
         line = _line(ev)
         if line:

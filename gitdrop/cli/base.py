@@ -8,7 +8,6 @@ Nothing heavy is imported here: pygit2 comes with the hub, rich only with a tabl
 import contextlib
 import functools
 import inspect
-import json
 import os
 import signal
 import sys
@@ -218,7 +217,7 @@ class Scope:
         queued = answer(shell=True) if answer else {}
         data = dict(data, **queued)
         if self.json:
-            print(json.dumps(dict({"ok": True}, **data), ensure_ascii=False, default=str))
+            print(fmt.json_line(dict({"ok": True}, **data), default=str))
         elif callable(human):
             human()
         elif human is not None:
@@ -233,7 +232,7 @@ class Scope:
 
     def fail(self, err: GitdropError) -> "typer.Exit":
         if self.json:
-            print(json.dumps(error_doc(err), ensure_ascii=False))
+            print(fmt.json_line(error_doc(err)))
         print(paint(render(err), "red", sys.stderr), file=sys.stderr)
         return typer.Exit(err.exit_code)
 

@@ -417,7 +417,7 @@ def work(s: Scope,
 
     def show(ev):
         if s.json:
-            print(json.dumps(ev, ensure_ascii=False, default=str), flush=True)
+            print(fmt.json_line(ev, default=str), flush=True)
             return
         what, tid = ev["event"], ev["task"]
         if what == "started":

@@ -93,7 +93,9 @@ class Hook:
             raise GitdropFailed(f"gitdrop {args[0]} failed ({p.returncode}): "
                                 f"{p.stderr.strip()[-500:]}")
         try:
-            return p.returncode, json.loads(p.stdout.strip().splitlines()[-1])
+            # the last line, split at "\n" alone: str.splitlines() also splits at
+            # U+2028 and U+0085, which a message may hold (older gitdrop wrote them raw)
+            return p.returncode, json.loads(p.stdout.strip().split("\n")[-1])
         except (ValueError, IndexError):
             raise GitdropFailed(f"gitdrop {args[0]}: no JSON answer: {p.stdout[-200:]!r}")
 
@@ -313,26 +315,55 @@ class Hook:
                 return None
 
 
+def _private_dir() -> str:
+    """A folder only this user may write, for the repeat counters: one of its own in
+    the temporary folder (another user there could plant a counter, or a link at
+    its name), else ~/.gitdrop/stop-hook."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for d in (os.path.join(tempfile.gettempdir(), f"gitdrop-stop-{uid or 0}"),
+              os.path.join(os.path.expanduser("~"), ".gitdrop", "stop-hook")):
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+            if not os.path.islink(d) and os.path.isdir(d) and \
+                    (uid is None or (st.st_uid == uid and not st.st_mode & 0o022)):
+                return d
+        except OSError:
+            continue
+    return tempfile.mkdtemp(prefix="gitdrop-stop-")   # a count of this run alone
+
+
 class Repeats:
     """How many times in a row this session was handed this very same state."""
 
     def __init__(self, session: str, *scope):
         key = hashlib.sha1("|".join([session, *scope]).encode()).hexdigest()[:16]
-        self.path = os.path.join(tempfile.gettempdir(), f"gitdrop-stop-{key}.json")
+        self.path = os.path.join(_private_dir(), f"gitdrop-stop-{key}.json")
 
     def _read(self) -> dict:
         try:
-            with open(self.path) as f:
-                return json.load(f)
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) |
+                         getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd) as f:
+                return json.loads(f.read(4096))
         except (OSError, ValueError):
             return {}
 
     def _write(self, doc: dict) -> None:
+        # through a file of its own, made new, then renamed: a link planted at the
+        # counter's name had the hook write through it
+        tmp = f"{self.path}.{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            with open(self.path, "w") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w") as f:
                 json.dump(doc, f)
+            os.replace(tmp, self.path)
         except OSError:
-            pass
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     def reset(self) -> None:
         self._write({})
