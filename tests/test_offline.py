@@ -260,6 +260,37 @@ def test_the_cli_queues_and_syncs(served, tmp_path):
     assert texts(served.hub) == ["from the train", "still offline"]
 
 
+def test_a_queue_is_found_however_the_hub_s_url_is_spelled(served, tmp_path):
+    """The mirror, and the queue in it, was keyed by the URL as typed: a password
+    changed while writes waited, or a trailing "/", opened another, empty mirror,
+    whose status said every write was on the hub; the queued write was never sent."""
+    cli(served, tmp_path, "who")
+    served.stop()
+    doc, _ = cli(served, tmp_path, "send", "core/kai", "-m", "queued one way", "--as",
+                 "core/juno", env={"GITDROP_OFFLINE": "queue"})
+    assert doc["queued"] is True
+    served.start()
+    other = type("Spelled", (), {"url": served.url + "/"})()
+    doc, _ = cli(other, tmp_path, "status")
+    assert [e["id"] for e in doc["queue"]] == [1], doc
+    doc, _ = cli(other, tmp_path, "sync")
+    assert [e["id"] for e in doc["synced"]] == [1]
+    assert texts(served.hub) == ["queued one way"]
+    # a password is no part of which mirror it is, and never shown
+    cache = str(tmp_path / "c2")
+    a = remote.mirror_path("https://core%2Fjuno:old@h/hub.git", cache)
+    assert a == remote.mirror_path("https://core%2Fjuno:new@h/hub.git/", cache)
+    assert a != remote.mirror_path("https://core%2Fkai:old@h/hub.git", cache)
+    # a mirror made under the old key (the URL as typed) is moved to the new one
+    import hashlib
+    typed = "https://core%2Fjuno:old@h2/hub.git"
+    old = os.path.join(cache, hashlib.sha256(typed.encode()).hexdigest()[:16] + ".git")
+    os.makedirs(os.path.join(old, "gitdrop-queue"))
+    new = remote.mirror_path(typed, cache)
+    assert new != old and os.path.isdir(os.path.join(new, "gitdrop-queue"))
+    assert not os.path.exists(old)
+
+
 @pytest.mark.parametrize("kill_after", [1, 3])
 def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
     h = client(served, tmp_path)

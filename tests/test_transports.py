@@ -21,7 +21,7 @@ import time
 import pytest
 
 from gitdrop import fmt, model, tokens
-from gitdrop.transports import httpd, shell
+from gitdrop.transports import httpd, remote, shell
 from gitdrop import hub as hubmod
 from gitdrop.errors import Refusal
 from gitdrop.transports.remote import RemoteHub
@@ -406,6 +406,14 @@ def test_the_gitdrop_command_takes_the_url(served, team, tmp_path):
     if served.authenticates:
         code, out = run("--as", "core/spartan", "status", "pretending")
         assert (code, out["rule"]) == (3, "authenticated-pusher")
+    # status names the hub, never its password (it is pasted and logged)
+    p = subprocess.run(gitdrop + ["--as", "core/juno", "status"], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    code, out = run("--as", "core/juno", "status")
+    assert code == 0 and p.returncode == 0, p.stderr
+    for secret in getattr(served, "secrets", {}).values():
+        assert secret not in p.stdout + p.stderr and secret not in json.dumps(out)
+    assert out["hub"] == remote.public_url(served.url("core/juno"))
 
 
 # --- what only one transport has --------------------------------------------------

@@ -136,7 +136,9 @@ def status(s: Scope, text: Annotated[Optional[str], typer.Argument(
         me = next((a for a in s.room.who() if a["agent"] == s.agent_value), None)
     queue = store.queue.entries() if hasattr(store, "queue") else None
     oldest = min((e["queued"] for e in queue or []), default=0)
-    doc = {"agent": s.agent_value, "status": me, "hub": getattr(s.hub, "url", s.hub.path),
+    from ..transports.remote import public_url
+    doc = {"agent": s.agent_value, "status": me,
+           "hub": public_url(getattr(s.hub, "url", "")) or s.hub.path,
            "offline": bool(getattr(store, "unreachable", False)), "queue": queue or [],
            "oldest": oldest}
 

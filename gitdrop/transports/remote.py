@@ -112,8 +112,21 @@ def is_url(s: str) -> bool:
 
 
 def mirror_path(url: str, cache: str = "") -> str:
+    """The local mirror of hub `url` (its offline queue inside): one per hub and user,
+    however the URL is spelled. Keyed by the whole URL, a password changed while
+    writes waited, or a trailing "/", opened another, empty mirror: its status said
+    every write was on the hub, and the queued ones were never sent. A mirror made
+    under the old key is moved to the new one."""
     base = cache or os.environ.get("GITDROP_CACHE") or os.path.expanduser("~/.gitdrop/remotes")
-    return os.path.join(base, hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+    key = public_url(url).rstrip("/")
+    path = os.path.join(base, hashlib.sha256(key.encode()).hexdigest()[:16] + ".git")
+    old = os.path.join(base, hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+    if old != path and os.path.isdir(old) and not os.path.lexists(path):
+        try:
+            os.rename(old, path)
+        except OSError:
+            return old   # in use or not ours to move: the old one, as before
+    return path
 
 
 def public_url(url: str) -> str:
