@@ -30,6 +30,9 @@ INTERRUPT_EXIT = 130
 POLL = (0.2, 5.0)       # remote: ls-remote interval, from and backing off to
 SAFETY = 10.0           # local: re-read the tips this often even if inotify says nothing
 WALK_CAP = 1000         # commits walked for a subscriber whose base is not found (rewritten ref)
+# ...and for one whose base is behind the tip: a push of thousands of commits, an
+# import, a watcher stopped a while (its older events were dropped at WALK_CAP)
+BEHIND_CAP = 50_000
 
 
 def is_remote(hub: str) -> bool:
@@ -449,6 +452,20 @@ class Notifier:
                 raise failed
             return len(deliveries)
 
+    def _behind(self, tip: str, bases) -> bool:
+        """Whether one of `bases` is an ancestor of `tip` (its ref moved on, not rewritten)."""
+        repo = getattr(self.store, "repo", None)
+        if repo is None:
+            return False
+        import pygit2   # loaded already by the store that has a repo
+        for base in bases:
+            try:
+                if repo.descendant_of(tip, base):
+                    return True
+            except (KeyError, ValueError, pygit2.GitError):
+                continue
+        return False
+
     def _scan_room(self, room, groups):
         reader = self.store.reader
         tip = self._tip(room)
@@ -458,14 +475,17 @@ class Notifier:
         if not pending:
             return []
         bases = {g.base for g in pending}
-        walked, found = [], {}
+        walked, found, cap = [], {}, WALK_CAP
         for c in first_parent_walk(reader, tip):
             if c.oid in bases:
                 found[c.oid] = len(walked)
                 if len(found) == len(bases):
                     break
             walked.append(c)
-            if len(walked) >= WALK_CAP:
+            if len(walked) >= cap:
+                if cap == WALK_CAP and self._behind(tip, bases - set(found)):
+                    cap = BEHIND_CAP
+                    continue
                 break
         # Whether a subscriber leads reads its agent file, which every cursor move
         # rewrites: it is asked only by an event that could reach it as a lead.

@@ -595,3 +595,18 @@ def test_each_watcher_gets_what_concerns_it_and_nothing_else(hub, team):
     hows = {how for evs in got.values() for _, how in evs}
     assert {"to", "cc", "team", "all", "lead", "notice", "room"} <= hows, hows
     assert n.scan() == 0
+
+
+def test_a_subscriber_far_behind_the_tip_loses_no_event(hub, team):
+    """Past 1,000 commits between two scans (one push of them, an import, a watcher
+    stopped a while) the notifier took the base for rewritten history and delivered
+    only the newest 1,000: a message before them was lost for good. A base the tip
+    has moved on from is walked back to, however far (to 50,000)."""
+    import test_work_trust
+    got = []
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/spartan", lambda evs: got.extend(evs))
+    team.send("core/kai", "core/spartan", "URGENT: the build is broken")
+    test_work_trust._filler(hub, 1500, int(time.time()))   # then 1,500 others at once
+    n.scan()
+    assert [e["text"] for e in got if e["op"] == "send"] == ["URGENT: the build is broken"]
