@@ -52,6 +52,10 @@ QUOTE_MAX = 4000        # characters of the message quoted in an escalation
 HISTORY_MAX = 20000     # commits read back when counting the answers in the window
 SAFETY = 30.0           # seconds between rounds when nothing wakes the loop
 SEND_TRIES = 10         # sends retried after reading what arrived meanwhile
+# Refusals that pass: a message whose ack or escalation was refused so stays pending
+# for the next round. Taken for handled, the questions of a flood (the loop guard
+# refusing the responder's sends) were read and reached nobody.
+LATER = ("loop-guard", "unread-before-send", "conflict", "unreachable", "storage")
 PENDING = "gitdrop/autorespond"   # in the hub (or a URL's mirror): <room>/<team>/<name>.pending
 
 QUESTION_WORDS = ["who", "what", "when", "where", "why", "how", "which", "can", "could",
@@ -250,7 +254,10 @@ class Responder:
         counts = self._counts()
         while queue:
             ev = queue.pop(0)
-            out += self._handle(ev, counts, queue)
+            got = self._handle(ev, counts, queue)
+            out += got
+            if any(e["event"] == "refused" and e.get("rule") in LATER for e in got):
+                continue   # left pending: a later round tries again (what was done replays)
             self._handled(ev["id"])
         return out
 

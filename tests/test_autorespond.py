@@ -298,3 +298,30 @@ def test_the_command_answers_while_running_and_stops_on_sigterm(room, tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert room.view().agent("core/spartan")["status"] == ""   # put back
+
+
+def test_questions_refused_by_the_loop_guard_stay_pending_until_they_pass(hub, room,
+                                                                           tmp_path):
+    """In a flood the loop guard refuses the responder's escalations and acks; the
+    messages were taken for handled all the same: read, and passed on to nobody (no
+    escalation, no ack, nothing unread for the agent when back). They stay pending
+    now, and a later round passes them on, once per message."""
+    for q in ("Why is CI red?", "How do I run the migrations?", "Where is the config?"):
+        room.send("core/kai", "core/spartan", q)
+    hub.room_settings("lobby", "core/juno", {"loop_cap": 2, "loop_window": 2})
+    r = responder(room, path=rules_file(tmp_path, as_="message", cap=10))
+    evs = r.run_once()
+    assert ("refused", "loop-guard") in [(e["event"], e.get("rule")) for e in evs]
+    assert os.path.exists(r.pending_path)
+    deadline = time.monotonic() + 30
+    while os.path.exists(r.pending_path) and time.monotonic() < deadline:
+        time.sleep(1.0)   # the loop window passes: the next round goes on
+        r.run_once()
+    assert not os.path.exists(r.pending_path)
+    escalated = [m["text"] for m in inbox(room, "core/juno") if m["op"] == "send"
+                 and m["from"] == "core/spartan" and "core/juno" in m["to"]]
+    assert len(escalated) == 3 and all(x.startswith(AUTO_PREFIX) for x in escalated)
+    for q in ("Why is CI red?", "How do I run the migrations?", "Where is the config?"):
+        assert sum(f"> {q}" in x for x in escalated) == 1, (q, escalated)
+    acks = [m for m in inbox(room, "core/kai") if m["from"] == "core/spartan"]
+    assert len(acks) == 3
