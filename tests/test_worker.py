@@ -709,7 +709,8 @@ def test_sigterm_ends_the_program_and_what_it_started(tmp_path):
         _kill(p)
         if child and _running(child):
             os.kill(child, signal.SIGKILL)
-    assert [x["event"] for x in _events(o)] == ["claimed", "started", "released", "stopped"]
+    assert [x["event"] for x in _events(o)] == ["claimed", "started", "released", "stopped"], \
+        (o, e)
     assert room.task(t)["state"] == "pending"
 
 
