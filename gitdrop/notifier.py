@@ -28,6 +28,7 @@ from .view import first_parent_walk
 TIMEOUT_EXIT = 124      # like timeout(1)
 INTERRUPT_EXIT = 130
 POLL = (0.2, 5.0)       # remote: ls-remote interval, from and backing off to
+LOCAL_POLL = 0.5        # a local hub whose refs cannot be watched: a scan this often
 SAFETY = 10.0           # local: re-read the tips this often even if inotify says nothing
 WALK_CAP = 1000         # commits walked for a subscriber whose base is not found (rewritten ref)
 # ...and for one whose base is behind the tip: a push of thousands of commits, an
@@ -353,16 +354,26 @@ class Notifier:
         if self.remote:
             self._spawn(self._poll_loop, "gitdrop-poll")
         else:
-            if loop is not None:
-                try:
-                    self._observer = _LoopRefWatch(self.git_dir, self._scan_safely, loop)
-                except ImportError:   # no inotify here (macOS, say): watchdog's thread
-                    pass
-            if self._observer is None:
-                try:
-                    self._observer = _RefWatch(self.git_dir, self._scan_safely)
-                except ImportError:   # watchdog before 7, or no inotify: its observer
-                    self._observer = self._observe()
+            try:
+                if loop is not None:
+                    try:
+                        self._observer = _LoopRefWatch(self.git_dir, self._scan_safely, loop)
+                    except ImportError:   # no inotify here (macOS, say): watchdog's thread
+                        pass
+                if self._observer is None:
+                    try:
+                        self._observer = _RefWatch(self.git_dir, self._scan_safely)
+                    except ImportError:   # watchdog before 7, or no inotify: its observer
+                        self._observer = self._observe()
+            except OSError as e:
+                # No inotify instance or watch to be had (128 instances per user by
+                # default: every wait, watch, autorespond and serve takes one), or no
+                # descriptor: said once, and the hub's refs are looked at instead.
+                sys.stderr.write(f"gitdrop: cannot watch {self.git_dir} for changes ({e}); "
+                                 f"looking every {LOCAL_POLL:g} s instead (raise "
+                                 "fs.inotify.max_user_instances or max_user_watches, or "
+                                 "ulimit -n, to be woken at once)\n")
+                self._spawn(self._local_poll, "gitdrop-local-poll")
         self._spawn(self._scan_loop, "gitdrop-notify")
         self._dirty.set()  # anything that landed between subscribe() and the watch
         return self
@@ -405,6 +416,11 @@ class Notifier:
         t = threading.Thread(target=fn, name=name, daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _local_poll(self) -> None:
+        """A scan every LOCAL_POLL seconds, where the refs cannot be watched."""
+        while not self._stop.wait(LOCAL_POLL):
+            self._dirty.set()
 
     def _scan_loop(self) -> None:
         """Scans on request (start, retries) and, locally, every SAFETY seconds."""

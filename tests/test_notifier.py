@@ -610,3 +610,48 @@ def test_a_subscriber_far_behind_the_tip_loses_no_event(hub, team):
     test_work_trust._filler(hub, 1500, int(time.time()))   # then 1,500 others at once
     n.scan()
     assert [e["text"] for e in got if e["op"] == "send"] == ["URGENT: the build is broken"]
+
+
+NO_DESCRIPTORS = r"""
+import json, os, resource, sys, time
+from gitdrop import hub as hubmod
+from gitdrop.notifier import Notifier
+path = sys.argv[1]
+got = []
+n = Notifier(path)
+n.subscribe("lobby", "core/spartan", lambda evs: got.extend(evs))
+n.scan()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+top = max(int(x) for x in os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))
+fill = []
+try:   # every descriptor taken: inotify_init and pipe() fail with EMFILE, as at the
+    while True:   # limit of inotify instances
+        fill.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+try:
+    n.start()
+finally:
+    for fd in fill:
+        os.close(fd)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+hubmod.Hub(path).room("lobby").send("core/kai", "core/spartan", "found by looking")
+end = time.monotonic() + 20
+while not got and time.monotonic() < end:
+    time.sleep(0.05)
+n.stop()
+print(json.dumps([e.get("text") for e in got if e["op"] == "send"]))
+"""
+
+
+def test_without_an_inotify_watch_the_notifier_looks_instead(hub, team):
+    """No inotify instance to be had (128 per user by default: every wait, watch,
+    autorespond and serve takes one) or no descriptor: wait, watch and autorespond
+    died with a traceback. The notifier says so once and looks at the refs instead."""
+    p = subprocess.run([sys.executable, "-c", NO_DESCRIPTORS, hub.path], capture_output=True,
+                       text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["found by looking"]
+    assert "cannot watch" in p.stderr and "looking every" in p.stderr, p.stderr
