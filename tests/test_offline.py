@@ -291,6 +291,39 @@ def test_a_queue_is_found_however_the_hub_s_url_is_spelled(served, tmp_path):
     assert not os.path.exists(old)
 
 
+def test_queued_writes_that_name_an_earlier_one_follow_it_to_where_it_landed(served,
+                                                                            tmp_path):
+    """Two agents on one machine, offline: kai read juno's queued message (its cursor:
+    that commit) and replied to it. At sync juno's message was rebased onto what the
+    hub had meanwhile, under a new id, and kai's read was refused for ever (the cursor
+    named a commit the hub never had), and so was every send of kai's after it; the
+    reply named a commit the hub never had. They now name the commit it landed as."""
+    h = client(served, tmp_path)
+    h.room("lobby").who()
+    served.stop()
+    room = h.room("lobby")
+    sent = room.send("core/juno", "core/kai", "ping from the train")
+    got = room.inbox("core/kai")["messages"]
+    assert [m["text"] for m in got] == ["ping from the train"]
+    room.send("core/kai", "core/juno", "pong", reply_to=sent["commit"])
+    assert [e["id"] for e in h.store.queue.entries()] == [1, 2, 3]
+    served.start()
+    served.hub.room("lobby").set_status("core/spartan", "on the hub")   # it moved on
+    out = h.store.sync()
+    assert [e["id"] for e in out["synced"]] == [1, 2, 3], out
+    assert out["refused"] == [] and out["queued"] == []
+    hub_room = served.hub.room("lobby")
+    landed = [m for m in hub_room.history(n=10) if m["text"] == "ping from the train"]
+    assert len(landed) == 1 and landed[0]["id"] != sent["commit"]
+    assert hub_room.inbox("core/kai", peek=True)["unread"] == 0   # the read landed
+    pong = [m for m in hub_room.history(n=10) if m["text"] == "pong"][0]
+    from gitdrop import fmt
+    said = fmt.trailer(served.hub.store.reader.commit(pong["id"]).trailers, "reply-to")
+    assert said == landed[0]["id"], (said, pong)
+    # and kai, nothing unread, sends on
+    hub_room.send("core/kai", "core/juno", "after the sync")
+
+
 @pytest.mark.parametrize("kill_after", [1, 3])
 def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
     h = client(served, tmp_path)

@@ -33,7 +33,7 @@ import time
 
 import pygit2
 
-from .. import fmt, model
+from .. import files, fmt, model
 from ..errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from ..hub import Hub
 from ..store import Store
@@ -60,6 +60,10 @@ OFFLINE_RETRY = 5.0
 # Re-dated at sync when older than this: the hub takes commits dated near its clock
 # (a room's clock_skew, 30 s by default).
 REDATE_AFTER = 5
+# Where sync keeps the ids its writes landed under when they were not the ones queued
+# (gitdrop-landed in the mirror: "queued landed" lines), and how many.
+LANDED, LANDED_KEPT = "gitdrop-landed", 2000
+_OID = re.compile(r"(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])")
 # Seconds a git command may wait for the hub's first answer, and, times BUSY, go
 # without a byte once it has answered (a loaded hub's hook checking a push is
 # silent a while; one that never answers is no busier for waiting on it). 10 s was
@@ -636,6 +640,8 @@ class RemoteStore(Store):
             status, err = self._push(ref, new)
             if status == "ok":
                 tips[ref] = new
+                if new != entry["commit"]:
+                    self._record_landed(entry["commit"], new)
                 self.queue.remove(entry["id"])
                 return "synced"
             if status == "refused":
@@ -711,17 +717,25 @@ class RemoteStore(Store):
         if onto == c.parent and now - c.time <= REDATE_AFTER:
             new = c.oid
         else:
+            # An earlier queued write that landed under another id (rebased, dated
+            # anew) is named by it here: a read cursor set to it, a reply to it.
+            landed = self._landed_as()
+
+            def named(text):
+                return _OID.sub(lambda m: landed.get(m.group(0), m.group(0)), text) \
+                    if landed and text else text
             changes = {}
             for path, was, now_oid in changed:
                 cur = r.blob_id(at, path) if at else None
-                if cur == now_oid:
+                text = named(r.blob_text(now_oid))
+                if cur == now_oid and text == r.blob_text(now_oid):
                     continue
                 if cur != was:
                     clash.append(path)
-                changes[path] = r.blob_text(now_oid)
+                changes[path] = text
             tree = self._tree_with(at, changes) if changes else (at or self._tree_with(None, {}))
             new = self._native_commit(tree, [onto] if onto else [], c.author, c.email, now,
-                                      c.message)
+                                      named(c.message))
         try:   # a rule's verdict on the hub's state first: it says more than a clash
             check_commits(r, entry["ref"], onto, new, now, hub=hub)
         except Refusal as e:
@@ -733,6 +747,26 @@ class RemoteStore(Store):
                           "change", f"drop it (gitdrop sync --drop {entry['id']}) and do it "
                           "again on the hub's current state", commit=what)
         return new
+
+    def _landed_as(self) -> dict:
+        """{queued commit: the commit it landed as} of the writes sync sent under
+        another id (the last LANDED_KEPT), for the queued writes that name them."""
+        try:
+            with open(os.path.join(self.repo.path, LANDED), encoding="ascii") as f:
+                pairs = [ln.split() for ln in f.read(LANDED_KEPT * 82 * 2).splitlines()]
+        except (OSError, UnicodeDecodeError):
+            return {}
+        return {p[0]: p[1] for p in pairs if len(p) == 2 and all(_OID.fullmatch(x) for x in p)}
+
+    def _record_landed(self, old: str, new: str) -> None:
+        landed = self._landed_as()
+        landed.pop(old, None)
+        landed[old] = new
+        text = "".join(f"{a} {b}\n" for a, b in list(landed.items())[-LANDED_KEPT:])
+        try:
+            files.write_whole(os.path.join(self.repo.path, LANDED), text.encode(), 0o600)
+        except OSError:
+            pass   # the writes after it name the id it was queued under, as before
 
     def move_ref(self, old_ref: str, new_ref: str) -> str:
         raise _hub_side("archive or restore a room")
