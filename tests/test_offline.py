@@ -324,6 +324,35 @@ def test_queued_writes_that_name_an_earlier_one_follow_it_to_where_it_landed(ser
     hub_room.send("core/kai", "core/juno", "after the sync")
 
 
+def test_a_burst_the_loop_guard_holds_back_waits_in_line_for_the_next_sync(served,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """Sync sends the queue at once, each write dated now: past the room's loop cap the
+    hub refused the rest, and each was marked refused, to be retried by hand one a
+    sync, landing out of order. Now the sync stops there, and the next one, once the
+    window has passed, sends the rest in order."""
+    served.hub.room_settings("lobby", "core/juno", {"loop_cap": 2, "loop_window": 3})
+    h = client(served, tmp_path)
+    h.room("lobby").who()
+    served.stop()
+    for i in range(4):   # queued at the pace the room allows
+        if i == 2:
+            time.sleep(3.2)
+        h.room("lobby").send("core/juno", "core/kai", f"m{i}")
+    monkeypatch.setattr(remote, "REDATE_AFTER", 0)   # queued long ago: all dated now
+    served.start()
+    with pytest.raises(remote.SyncStopped) as e:
+        h.store.sync()
+    assert e.value.rule == "loop-guard" and "sync again" in e.value.fix, e.value
+    assert [x["id"] for x in e.value.synced] == [1, 2]
+    left = h.store.queue.entries()
+    assert [x["id"] for x in left] == [3, 4] and not any(x.get("refused") for x in left)
+    time.sleep(3.5)
+    out = h.store.sync()
+    assert [x["id"] for x in out["synced"]] == [3, 4] and out["queued"] == []
+    assert texts(served.hub) == ["m0", "m1", "m2", "m3"]
+
+
 @pytest.mark.parametrize("kill_after", [1, 3])
 def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
     h = client(served, tmp_path)
