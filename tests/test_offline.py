@@ -859,3 +859,28 @@ def test_a_hub_serving_what_the_rules_refuse_is_said_so_not_a_traceback(tmp_path
         assert p.returncode == 8 and "Traceback" not in p.stderr, p.stderr
         doc = json.loads(p.stdout)
         assert doc["rule"] == "damaged" and "gitdrop verify" in doc["fix"], doc
+
+
+def test_a_sync_whose_push_runs_out_of_time_stops_and_tries_no_more(served, tmp_path,
+                                                                  monkeypatch):
+    """A push that ran out of time while the hub still talked was taken by sync for a
+    lost race and pushed again, 12 times over (20 minutes each by default), holding
+    the mirror's lock, and ended in a wrong "conflict". It stops the sync now, the
+    write still queued, as a hub that does not answer does."""
+    from gitdrop.transports import remote
+    monkeypatch.setenv("GITDROP_REMOTE_TIMEOUT", "0.2")
+    h = RemoteHub("file://" + served.hub.path, cache=str(tmp_path / "cache"), fresh=0.0,
+                  offline=True)
+    h.room("lobby").who()
+    log = tmp_path / "pushes"
+    _hook(served, f"echo push >> '{log}'; while true; do echo . >&2; sleep 0.1; done\n")
+    h.room("lobby").send("core/juno", "core/kai", "slow to land")
+    assert [x["id"] for x in h.store.queue.entries()] == [1]   # it ran out of time: queued
+    log.unlink()
+    start = time.monotonic()
+    with pytest.raises(remote.SyncStopped) as e:
+        h.store.sync()
+    assert e.value.rule == "unreachable" and "in the time allowed" in e.value.reason
+    assert log.read_text().split() == ["push"]   # one push, not a dozen
+    assert time.monotonic() - start < 0.2 * remote.WHOLE * 3
+    assert [x["id"] for x in h.store.queue.entries()] == [1]

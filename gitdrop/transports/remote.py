@@ -650,9 +650,12 @@ class RemoteStore(Store):
                     return self._mark_refused(entry, e)
                 # else: the hub moved the room to the current layout as the push came
                 # in; built again on what it moved, as after a lost race
-            elif status == "failed":
+            elif status in ("failed", "slow"):
+                # slow: it ran out of time while the hub still talked; pushed again, it
+                # would again (12 times over, 20 minutes each, under the mirror's lock)
                 raise _Stop("unreachable", f"{public_url(self.url)} did not take the push "
-                            f"({_last_lines(err)})", "run gitdrop sync again when the hub "
+                            + ("in the time allowed " if status == "slow" else "")
+                            + f"({_last_lines(err)})", "run gitdrop sync again when the hub "
                             "answers (it finds out whether the write landed)")
             elif status == "rejected":
                 e = self._refusal(err)
