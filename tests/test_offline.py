@@ -884,3 +884,29 @@ def test_a_sync_whose_push_runs_out_of_time_stops_and_tries_no_more(served, tmp_
     assert log.read_text().split() == ["push"]   # one push, not a dozen
     assert time.monotonic() - start < 0.2 * remote.WHOLE * 3
     assert [x["id"] for x in h.store.queue.entries()] == [1]
+
+
+def test_a_hub_that_says_a_great_deal_costs_the_client_little_memory(served, tmp_path):
+    """The client kept all of git's stderr (what the hub's hook says) in memory: 300 MB
+    from a hostile or broken hub took it to 2.3 GB. It keeps the end of it, where a
+    refusal is."""
+    cli(served, tmp_path, "who")
+    served.stop()
+    cli(served, tmp_path, "send", "core/kai", "-m", "queued", "--as", "core/juno",
+        env={"GITDROP_OFFLINE": "queue"})
+    served.start()
+    _hook(served, "yes 'remote noise remote noise remote noise' | head -c 120M >&2\n"
+          "printf 'gitdrop: refused by rule format\\n  commit: x\\n  why: too noisy\\n"
+          "  fix: say less\\n' >&2; exit 1\n")
+    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_REMOTE_FRESH="0",
+             NO_COLOR="1")
+    p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "--json",
+                          "sync"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         cwd=ROOT, env=e)
+    out = p.stdout.read()
+    _pid, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    doc = json.loads(out)
+    assert [x["refused"]["rule"] for x in doc["refused"]] == ["format"], doc
+    assert "too noisy" in doc["refused"][0]["refused"]["reason"]
+    assert usage.ru_maxrss < 200 * 1024, usage.ru_maxrss   # KiB: not the 120 MB, and more

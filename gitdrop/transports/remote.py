@@ -60,6 +60,7 @@ OFFLINE_RETRY = 5.0
 # Re-dated at sync when older than this: the hub takes commits dated near its clock
 # (a room's clock_skew, 30 s by default).
 REDATE_AFTER = 5
+ERR_KEPT = 1 << 20   # bytes of a git command's stderr kept (the end: a refusal is there)
 # Where sync keeps the ids its writes landed under when they were not the ones queued
 # (gitdrop-landed in the mirror: "queued landed" lines), and how many.
 LANDED, LANDED_KEPT = "gitdrop-landed", 2000
@@ -245,6 +246,10 @@ def run_git(args, env: dict, timeout: float, url: str) -> subprocess.CompletedPr
                 if chunk:
                     got[key.fd].append(chunk)
                     last, limit = time.monotonic(), timeout * BUSY
+                    if key.fd == efd and len(got[efd]) > 2 * ERR_KEPT // 65536:
+                        # what the hub says (its hook's words) is read to its end, and
+                        # its last ERR_KEPT bytes kept: 300 MB of it took 2.3 GB here
+                        got[efd] = [b"".join(got[efd])[-ERR_KEPT:]]
                 else:
                     sel.unregister(key.fileobj)
         p.wait(timeout)   # both pipes closed: it is exiting
