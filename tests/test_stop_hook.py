@@ -352,3 +352,16 @@ def test_the_repeat_counter_is_kept_where_no_one_else_writes(hub, team, tmp_path
     assert os.listdir(planted) == []
     kept = home / ".gitdrop" / "stop-hook"
     assert kept.is_dir() and (kept.stat().st_mode & 0o777) == 0o700 and os.listdir(kept)
+
+
+@pytest.mark.parametrize("idle", ["nan", "inf", "-5", "1e400"])
+def test_an_idle_time_that_is_no_number_of_seconds_is_taken_as_unset(hub, team, tmp_path,
+                                                                      idle):
+    """GITDROP_IDLE=nan made the hook wait for ever, and inf crash it (a traceback on
+    the agent's every stop); such a value is taken as unset, the default."""
+    p = start_hook(hub, tmp_path, 5, GITDROP_IDLE=idle)   # nothing waits: it waits
+    time.sleep(2)
+    team.send("core/juno", "spartan", "are you there?")
+    out, err = finish(p, timeout=40)
+    assert "Traceback" not in err, err
+    assert "1 unread message from juno" in blocks(json.loads(out) if out.strip() else None), err

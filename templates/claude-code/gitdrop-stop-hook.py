@@ -45,6 +45,7 @@ Standard library only.
 
 import hashlib
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -390,10 +391,13 @@ def _state(task: dict, alert: dict) -> str:
 
 
 def _number(value, default: float) -> float:
+    """A setting in seconds or a count: `default` when unset, or not a finite number
+    (GITDROP_IDLE=nan made the hook wait for ever, =inf crash)."""
     try:
-        return float(value) if value not in (None, "") else default
+        got = float(value) if value not in (None, "") else default
     except ValueError:
         return default
+    return got if math.isfinite(got) and 0 <= got < 10 ** 7 else default
 
 
 def _num(tid) -> int:
