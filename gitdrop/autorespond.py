@@ -52,6 +52,7 @@ QUOTE_MAX = 4000        # characters of the message quoted in an escalation
 HISTORY_MAX = 20000     # commits read back when counting the answers in the window
 SAFETY = 30.0           # seconds between rounds when nothing wakes the loop
 SEND_TRIES = 10         # sends retried after reading what arrived meanwhile
+PENDING_MAX = 8 << 20   # bytes of the pending file read (ids of 100,000 messages)
 # Refusals that pass: a message whose ack or escalation was refused so stays pending
 # for the next round. Taken for handled, the questions of a flood (the loop guard
 # refusing the responder's sends) were read and reached nobody.
@@ -276,10 +277,25 @@ class Responder:
 
     # --- the pending file: read, not yet handled -----------------------------------
     def _pending(self) -> list[str]:
+        """The ids in the pending file. Only a plain file of it is read, and only as
+        much as ids take: a FIFO planted there hung every round, a folder raised, a
+        link to /dev/zero read until memory ran out."""
+        import stat
         try:
-            with open(self.pending_path, encoding="ascii") as f:
-                return [x for x in f.read().split() if len(x) in (40, 64)]
-        except (FileNotFoundError, UnicodeDecodeError):
+            fd = os.open(self.pending_path, os.O_RDONLY | files.NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return []
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            data = os.read(fd, PENDING_MAX)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        try:
+            return [x for x in data.decode("ascii").split() if len(x) in (40, 64)]
+        except UnicodeDecodeError:
             return []
 
     def _write_pending(self, ids: list[str], sync: bool = False) -> None:

@@ -325,3 +325,21 @@ def test_questions_refused_by_the_loop_guard_stay_pending_until_they_pass(hub, r
         assert sum(f"> {q}" in x for x in escalated) == 1, (q, escalated)
     acks = [m for m in inbox(room, "core/kai") if m["from"] == "core/spartan"]
     assert len(acks) == 3
+
+
+@pytest.mark.parametrize("planted", ["fifo", "dir", "zero"])
+def test_a_pending_file_that_is_no_plain_file_is_not_read(room, tmp_path, planted):
+    """The pending file was read with open(): a FIFO planted there (by anyone who may
+    write the hub's folders) hung every round, a folder raised, and a link to
+    /dev/zero was read until memory ran out. It is read only as a plain file."""
+    import threading
+    r = responder(room, path=rules_file(tmp_path))
+    os.makedirs(os.path.dirname(r.pending_path), exist_ok=True)
+    {"fifo": os.mkfifo, "dir": os.mkdir,
+     "zero": lambda p: os.symlink("/dev/zero", p)}[planted](r.pending_path)
+    room.send("core/kai", "core/spartan", "Off until Monday?")
+    got = []
+    t = threading.Thread(target=lambda: got.append(r._pending()), daemon=True)
+    t.start()
+    t.join(10)
+    assert got == [[]], "the pending file was waited on"
