@@ -20,7 +20,7 @@ import time
 import pytest
 
 from gitdrop import hub as hubmod
-from gitdrop.errors import Conflict, Refusal, UsageError
+from gitdrop.errors import Conflict, NotFound, Refusal, UsageError
 from gitdrop.transports import remote
 from gitdrop.transports.remote import RemoteHub, Unreachable
 
@@ -914,3 +914,23 @@ def test_a_hub_that_says_a_great_deal_costs_the_client_little_memory(served, tmp
     assert "too noisy" in doc["refused"][0]["refused"]["reason"]
     hwm = int(re.search(r"VmHWM:\s+(\d+) kB", p.stderr).group(1))
     assert hwm < 150 * 1024, hwm   # KiB: not the 120 MB said, and more
+
+
+def test_queue_ids_only_grow_so_a_drop_never_hits_a_newer_write(served, tmp_path):
+    """Ids started again at 1 once the queue emptied: someone read "#1 ... oops" in
+    status, a sync ran meanwhile, another agent's write was queued as #1, and
+    `sync --drop 1` dropped that one."""
+    h = client(served, tmp_path)
+    h.room("lobby").who()
+    served.stop()
+    h.room("lobby").send("core/juno", "core/kai", "oops")
+    assert [e["id"] for e in h.store.queue.entries()] == [1]
+    served.start()
+    h.store.sync()
+    assert h.store.queue.entries() == []
+    served.stop()
+    h.room("lobby").send("core/spartan", "core/juno", "important report")
+    assert [e["id"] for e in h.store.queue.entries()] == [2]
+    with pytest.raises(NotFound):
+        h.store.sync(drop=1)
+    assert [e["id"] for e in h.store.queue.entries()] == [2]

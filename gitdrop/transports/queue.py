@@ -60,7 +60,10 @@ class Queue:
     def add(self, ref: str, commit: str, parent: str, author: str, subject: str) -> dict:
         import pygit2
         os.makedirs(self.dir, exist_ok=True)
-        seq = max([e["id"] for e in self.entries()] + [self._last_ref()] + [0]) + 1
+        # ids only grow, the queue emptied or not: numbered again from 1, a drop of
+        # the #1 someone read in status dropped another agent's newer write
+        seq = max([e["id"] for e in self.entries()] + [self._last_ref(), self._last()]) + 1
+        self._set_last(seq)
         entry = {"id": seq, "ref": ref, "commit": commit, "parent": parent, "author": author,
                  "subject": subject, "queued": int(time.time()), "pushing": "", "refused": None}
         # the ref first: a file must never name a commit nothing keeps
@@ -101,6 +104,23 @@ class Queue:
         except KeyError:
             pass
 
+    def _last(self) -> int:
+        try:
+            with open(os.path.join(self.dir, LAST), encoding="ascii") as f:
+                text = f.read(32).strip()
+            return int(text) if text.isdigit() else 0
+        except (OSError, UnicodeDecodeError):
+            return 0
+
+    def _set_last(self, seq: int) -> None:
+        path = os.path.join(self.dir, LAST)
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{seq}\n")
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass   # numbered from the entries and refs, as before
+
     def _last_ref(self) -> int:
         nums = [int(n[len(QUEUE_REFS):]) for n in self.repo.references
                 if n.startswith(QUEUE_REFS) and n[len(QUEUE_REFS):].isdigit()]
@@ -108,6 +128,7 @@ class Queue:
 
 
 _OID = re.compile(r"[0-9a-f]{40}")
+LAST = "last-id"   # the last id given, in the queue's folder
 
 
 def _valid(name: str, entry) -> dict:
