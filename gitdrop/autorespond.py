@@ -280,19 +280,7 @@ class Responder:
         """The ids in the pending file. Only a plain file of it is read, and only as
         much as ids take: a FIFO planted there hung every round, a folder raised, a
         link to /dev/zero read until memory ran out."""
-        import stat
-        try:
-            fd = os.open(self.pending_path, os.O_RDONLY | files.NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return []
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return []
-            data = os.read(fd, PENDING_MAX)
-        except OSError:
-            return []
-        finally:
-            os.close(fd)
+        data = files.read_plain(self.pending_path, PENDING_MAX) or b""
         try:
             return [x for x in data.decode("ascii").split() if len(x) in (40, 64)]
         except UnicodeDecodeError:

@@ -10,6 +10,31 @@ import os
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+def read_plain(path: str, most: int) -> bytes | None:
+    """At most `most` bytes of the plain file at `path`, or None (none there, or not
+    a plain file). A FIFO planted there is not waited on (O_NONBLOCK), a link not
+    followed, and a device such as /dev/zero not read until memory runs out."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        out = bytearray()
+        while len(out) < most:
+            chunk = os.read(fd, most - len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def write_whole(path: str, data: bytes, mode: int = 0o644, exact: bool = False,
                 sync: bool = False) -> None:
     """Put `data` at `path` whole (readers see the old file or the new one) through a

@@ -17,12 +17,11 @@ is walked plainly.
 
 import heapq
 import os
-import stat
 import sys
 import zlib
 
 from . import fmt
-from .files import NOFOLLOW, write_whole
+from .files import read_plain, write_whole
 from .view import first_parent_walk, reader_memo
 
 KEEP = 4   # windows kept per room of a reader
@@ -166,19 +165,10 @@ def _path(reader, room: str) -> str:
 def _loaded(reader, room: str, least: int, most: int, seconds: int) -> list:
     """The window kept in the hub for `room` ([] if none to be had)."""
     try:
-        fd = os.open(_path(reader, room), os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
-    except (OSError, AttributeError):
+        data = read_plain(_path(reader, room), 64 << 20)
+    except AttributeError:   # a reader without a hub folder
         return []
-    try:   # a FIFO or a device planted there is not read (O_NONBLOCK: nor waited on)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(64 << 20)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    w = Window.load(data, least, most, seconds)
+    w = Window.load(data, least, most, seconds) if data else None
     return [w] if w is not None else []
 
 
