@@ -943,8 +943,14 @@ def _who_fix(before, move, who, task):
 def _move_assign(before, c, old, new, tid):
     _known_agent(before, c, new["assignee"])
     _check_caps(before, c, old, new["assignee"])
+    _clears_signoffs(c, new, "assigning")
+
+
+def _clears_signoffs(c, new, doing: str) -> None:
+    """A task handed anew starts with no sign-offs: else whoever hands it (its
+    creator, on a retry) wrote the leads' names in."""
     if new["signoffs"]:
-        _refuse("dual-sign", c, "assigning clears the sign-offs", "set signoffs = []")
+        _refuse("dual-sign", c, f"{doing} clears the sign-offs", "set signoffs = []")
 
 
 def _move_claim(before, c, old, new, tid):
@@ -995,38 +1001,42 @@ def _move_retry(before, c, old, new, tid):
                 "retries", "cancel it or create a new task")
     _known_agent(before, c, new["assignee"])
     _check_caps(before, c, old, new["assignee"])
-    if new["signoffs"]:   # else its creator retried it with the leads' names in
-        _refuse("dual-sign", c, "retrying clears the sign-offs", "set signoffs = []")
+    _clears_signoffs(c, new, "retrying")
 
 
-def _move_block(before, c, old, new, tid):
+def _records_resume(c, old, new, move: str) -> None:
+    """block and ask record the state their way back (unblock, answer) returns to:
+    an answer into in_progress skipped what a start waits for (the task's
+    dependencies, its handshake, the leads' sign-offs) when asked before the start."""
     if new["resume"] != old["state"]:
-        _refuse("task-state-machine", c, "block records the state to resume",
+        _refuse("task-state-machine", c, f"{move} records the state to resume",
                 f"set resume = \"{old['state']}\"")
 
 
-def _move_unblock(before, c, old, new, tid):
+def _clears_resume(c, new, move: str) -> None:
     if new["resume"]:
-        _refuse("task-state-machine", c, "unblock clears resume", "set resume = \"\"")
+        _refuse("task-state-machine", c, f"{move} clears resume", "set resume = \"\"")
+
+
+def _move_block(before, c, old, new, tid):
+    _records_resume(c, old, new, "block")
+
+
+def _move_unblock(before, c, old, new, tid):
+    _clears_resume(c, new, "unblock")
 
 
 def _move_ask(before, c, old, new, tid):
     if not new["question"].strip() or new["answer"]:
         _refuse("task-state-machine", c, "ask sets a question and clears the answer",
                 "give the question (--question)")
-    # The answer returns the task to where it was asked from: a question asked before
-    # the start, answered into in_progress, skipped what a start waits for (the
-    # task's dependencies, its handshake, the leads' sign-offs).
-    if new["resume"] != old["state"]:
-        _refuse("task-state-machine", c, "ask records the state the answer returns to",
-                f"set resume = \"{old['state']}\"")
+    _records_resume(c, old, new, "ask")
 
 
 def _move_answer(before, c, old, new, tid):
     if not new["answer"].strip():
         _refuse("task-state-machine", c, "answer sets the answer", "give the answer text")
-    if new["resume"]:
-        _refuse("task-state-machine", c, "answer clears resume", "set resume = \"\"")
+    _clears_resume(c, new, "answer")
 
 
 def _move_sign(before, c, old, new, tid):
