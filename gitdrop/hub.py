@@ -34,6 +34,7 @@ GIT_SETTINGS = {
 GIT_DEFAULTS = {"receive.maxInputSize": "1g"}
 HOOKS = ("pre-receive",)
 REAPER = "hub/reaper"
+OPERATOR = "hub/admin"   # the hub's operator (any hub/* identity speaks as it)
 MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to, the tip
 DAY = 86400
 
@@ -61,7 +62,7 @@ def install_hooks(git_dir: str) -> None:
                           exact=True)
 
 
-def init(path: str = "", room: str = "lobby", creator: str = "hub/admin",
+def init(path: str = "", room: str = "lobby", creator: str = OPERATOR,
          fsync: bool = True, clock=None) -> "Hub":
     """Create a hub (or upgrade one in place: hooks and settings; nothing is lost)."""
     path = os.path.abspath(os.path.expanduser(path or default_hub()))
@@ -430,7 +431,7 @@ class Hub:
             if bad:
                 raise UsageError(f"setting {', '.join(bad)} is unknown or not a whole number "
                                  ">= 0", "settings: " + ", ".join(model.DEFAULT_SETTINGS))
-            by = self._actor(r.view(), by) if by else "hub/admin"
+            by = self._actor(r.view(), by) if by else OPERATOR
             r.update_room(by, "room-settings", f"room {room} settings: " + ", ".join(
                 f"{k}={v}" for k, v in changes.items()),
                 settings=lambda d: dict(d["settings"], **changes))
@@ -490,15 +491,15 @@ class Hub:
         ref, tip, view = self._locate(room)
         by = self._require_lead(view, by, "destroy")
         leads = sorted(set(view.room["leads"].values()))
-        if view.room["open"] and not model.is_hub_identity(by):
+        if view.room["open"]:
             # any team's lead may join an open room: a stranger who made a team and
             # joined was its only recorded lead, and destroyed it and its history alone
-            leads.append("hub/admin")
+            leads.append(OPERATOR)
         path = f"destroy/{room}.toml"
         text = self._hub_view().text(path)
         agreed = sorted(set(fmt.loads_toml(text).get("consents", []) if text else []) | {by})
-        waiting = [x for x in leads if x not in agreed and not (
-            model.is_hub_identity(x) and any(model.is_hub_identity(a) for a in agreed))]
+        said = {OPERATOR if model.is_hub_identity(a) else a for a in agreed}   # any hub/*
+        waiting = [x for x in leads if x not in said]
         if waiting:
             self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed})},
                              f"{model.short(by)} agrees to destroy room {room} (waiting for "
