@@ -129,8 +129,8 @@ def mirror_path(url: str, cache: str = "") -> str:
     if old != path and os.path.isdir(old) and not os.path.lexists(path):
         try:
             os.rename(old, path)
-        except OSError:
-            return old   # in use or not ours to move: the old one, as before
+        except OSError:   # another process moved it first, or it could not be moved
+            return path if os.path.isdir(path) else old
     return path
 
 
