@@ -1471,26 +1471,30 @@ def room_leads(view) -> list[str]:
     return sorted(set(view.room["leads"].values()))
 
 
+def _own_lead_only(old, new, author, joins: bool) -> bool:
+    """room.toml changed only to record `author` as the lead of its own team, and,
+    when `joins`, to add that team (not a member before); nothing else."""
+    team = model.split_agent(author)[0]
+    teams = set(old["teams"]) | {team}
+
+    def rest(d):
+        return {k: v for k, v in d.items() if k not in ("teams", "leads")}
+    return (team not in old["teams"]) == joins and set(new["teams"]) == teams and \
+        len(new["teams"]) == len(teams) and rest(new) == rest(old) and \
+        new["leads"] == dict(old["leads"], **{team: author})
+
+
 def _self_join(old, new, author) -> bool:
     """The lead of a team adds its own team to an open room (and changes nothing else)."""
-    team = model.split_agent(author)[0]
-    joined = [t for t in new["teams"] if t not in old["teams"]]
-    rest = {k: v for k, v in new.items() if k not in ("teams", "leads")}
-    return (old["open"] and joined == [team] and set(new["teams"]) == set(old["teams"]) | {team}
-            and new["leads"].get(team) == author
-            and rest == {k: v for k, v in old.items() if k not in ("teams", "leads")}
-            and {k: v for k, v in new["leads"].items() if k != team} == old["leads"])
+    return bool(old["open"]) and _own_lead_only(old, new, author, joins=True)
 
 
 def _resync(old, new, author, teams) -> bool:
     """The registry's lead of one of the room's teams records itself as the team's
     lead there (after a hand-over in the registry), and changes nothing else: else
     the lead it replaced kept its powers in every closed room."""
-    team = model.split_agent(author)[0]
-    return (teams or {}).get(team) == author and team in old["teams"] and \
-        new["leads"] == dict(old["leads"], **{team: author}) and \
-        {k: v for k, v in new.items() if k != "leads"} == \
-        {k: v for k, v in old.items() if k != "leads"}
+    return (teams or {}).get(model.split_agent(author)[0]) == author and \
+        _own_lead_only(old, new, author, joins=False)
 
 
 def _check_room_change(before, c, changes, ctx, op):
