@@ -934,3 +934,67 @@ def test_queue_ids_only_grow_so_a_drop_never_hits_a_newer_write(served, tmp_path
     with pytest.raises(NotFound):
         h.store.sync(drop=1)
     assert [e["id"] for e in h.store.queue.entries()] == [2]
+
+
+# The command line, dying as SIGKILL does (os._exit) where a write would be queued:
+# after its commit moved the mirror's room ref, before the queue entry was made.
+_KILLED_WHILE_QUEUEING = (
+    "import os, sys\n"
+    "from gitdrop.transports import queue\n"
+    "queue.Queue.add = lambda *a, **k: os._exit(137)\n"
+    "from gitdrop.cli.main import main\n"
+    "sys.argv[0] = 'gitdrop'\n"
+    "main()\n")
+
+
+def test_a_write_killed_while_queueing_is_sent_with_the_writes_made_on_it(served, tmp_path):
+    """A kill between the mirror's ref move and the queue entry left a "phantom": reads
+    showed the task, kai started it (queued, built on it), and sync sent the start
+    alone, which the hub refused (no such task); the task itself was never sent."""
+    env = {"GITDROP_OFFLINE": "queue"}
+    cli(served, tmp_path, "who")
+    served.stop()
+    cli(served, tmp_path, "send", "core/kai", "-m", "first", "--as", "core/juno", env=env)
+    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
+    p = subprocess.run([sys.executable, "-c", _KILLED_WHILE_QUEUEING, "--hub", served.url,
+                        "--as", "core/juno", "task", "create", "made offline", "--assign",
+                        "core/kai"], capture_output=True, text=True, cwd=ROOT, env=e)
+    assert p.returncode == 137, (p.stdout, p.stderr)
+    doc, _ = cli(served, tmp_path, "task", "list", "--all", "--as", "core/kai", env=env)
+    [task] = [t for t in doc["tasks"] if t["title"] == "made offline"]   # reads show it
+    doc, p = cli(served, tmp_path, "task", "start", task["id"], "--as", "core/kai", env=env)
+    assert doc["queued"] is True and "made offline" in p.stderr and "queued now as #2" in p.stderr
+    doc, _ = cli(served, tmp_path, "status", "--as", "core/kai", env=env)
+    assert [(q["id"], q["author"]) for q in doc["queue"]] == [
+        (1, "core/juno"), (2, "core/juno"), (3, "core/kai")], doc["queue"]
+    served.start()
+    doc, _ = cli(served, tmp_path, "sync")
+    assert [q["id"] for q in doc["synced"]] == [1, 2, 3] and doc["refused"] == [] \
+        and doc["queued"] == [], doc
+    assert served.hub.room("lobby").task(task["id"])["state"] == "in_progress"
+    assert [op for _, op in served.hub.verify("lobby")][-3:] == [
+        "send", "task-create", "task-start"]
+
+
+def test_a_write_killed_while_queueing_last_is_sent_at_sync(served, tmp_path):
+    """The same kill with nothing made on it after: the room's ref holds it above
+    the queued writes, and sync queues it in its place and sends it."""
+    env = {"GITDROP_OFFLINE": "queue"}
+    cli(served, tmp_path, "who")
+    served.stop()
+    cli(served, tmp_path, "send", "core/kai", "-m", "first", "--as", "core/juno", env=env)
+    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
+    p = subprocess.run([sys.executable, "-c", _KILLED_WHILE_QUEUEING, "--hub", served.url,
+                        "--as", "core/juno", "send", "core/kai", "-m", "second"],
+                       capture_output=True, text=True, cwd=ROOT, env=e)
+    assert p.returncode == 137, (p.stdout, p.stderr)
+    served.start()
+    doc, p = cli(served, tmp_path, "sync")
+    assert [q["id"] for q in doc["synced"]] == [1, 2] and doc["queued"] == [], doc
+    assert texts(served.hub) == ["first", "second"]
+    # and a write that was pushed, not queued, is never taken for one
+    cli(served, tmp_path, "send", "core/kai", "-m", "third", "--as", "core/juno", env=env)
+    served.stop()
+    doc, p = cli(served, tmp_path, "send", "core/kai", "-m", "fourth", "--as", "core/juno",
+                 env=env)
+    assert doc["queue_ids"] == [3] and "queued now" not in p.stderr

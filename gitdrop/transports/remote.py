@@ -28,6 +28,7 @@ import re
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -43,11 +44,14 @@ from .queue import Queue
 # A read fetches unless the mirror was refreshed this recently (seconds): one verb
 # reads several times, and a write that raced is re-done on a fresh fetch anyway.
 FRESH = float(os.environ.get("GITDROP_REMOTE_FRESH", "1.0"))
-REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*")
-# Where sync reads the hub's tips, leaving the mirror's refs (and the queued
-# writes on them, which reads show) alone until each write has landed.
+# Where every fetch also records the hub's tips (a room with writes queued keeps its
+# last), and sync reads them, leaving the mirror's refs (and the queued writes on
+# them, which reads show) alone until each write has landed.
 HUB_TIPS = "refs/gitdrop/tips/"
 SYNC_REFSPECS = (f"+refs/heads/*:{HUB_TIPS}*",)
+REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*", *SYNC_REFSPECS)
+# Commits a mirror's ref may hold that no queued write names, walked back at most.
+ADOPT_MOST = 1000
 # A lost push race: retried after a sleep drawn from [0, min(CAP, BASE * 2**n)]
 # (full jitter: racing writers spread out instead of colliding again) until
 # RACE_SECONDS have passed and at least RACE_TRIES pushes were lost: a slow server
@@ -383,6 +387,7 @@ class RemoteStore(Store):
             self._fetched = -math.inf   # it may have landed: the next read fetches
             raise
         if status == "ok":
+            self._hub_has(ref, new)
             return True
         slow = status == "slow"   # it ran out of time: pushed again, it would again
         status = "failed" if slow else status
@@ -452,10 +457,42 @@ class RemoteStore(Store):
         time.sleep(pause)
 
     def _enqueue(self, ref: str, old: str, new: str) -> bool:
+        self._adopt(ref, old)
         c = self.reader.commit(new)
         entry = self.queue.add(ref, new, old, c.author, c.subject)
         self.taken().append(entry)
         return True
+
+    def _hub_has(self, ref: str, commit: str) -> None:
+        self.repo.references.create(HUB_TIPS + ref[len("refs/heads/"):],
+                                    pygit2.Oid(hex=commit), force=True)
+
+    def _adopt(self, ref: str, upto: str) -> None:
+        """Queue the commits of the mirror's `ref` up to `upto` that neither a queued
+        write names nor the hub had: a write killed after its move here and before
+        its queue entry. Reads showed it and later writes build on it, so it is sent
+        with them, in the order it was made, or those are refused at sync."""
+        mine = [e for e in self.queue.pending() if e["ref"] == ref]
+        known = {e["commit"] for e in mine} | {e["pushing"] for e in mine if e["pushing"]}
+        hub = self.tip(HUB_TIPS + ref[len("refs/heads/"):])
+        strays, c = [], upto
+        while c and c not in known and c != hub and not (
+                hub and self.repo.descendant_of(hub, c)):
+            if len(strays) == ADOPT_MOST:
+                return   # no end in sight: not a write killed while queueing
+            strays.append(c)
+            c = self.reader.commit(c).parent
+        if not c and (hub or not any(n.startswith(HUB_TIPS) for n in self.repo.references)):
+            # the hub's room is another history, or this mirror never recorded the
+            # hub's tips (made by an older gitdrop): nothing to tell a stray by
+            return
+        for commit in reversed(strays):
+            got = self.reader.commit(commit)
+            entry = self.queue.add(ref, commit, got.parent, got.author, got.subject)
+            sys.stderr.write(f"gitdrop: {got.subject[:60]!r} ({commit[:10]}) was in this "
+                             "machine's mirror of the hub but in no queue (a process "
+                             f"stopped while queueing it); it is queued now as #{entry['id']}, "
+                             "before the writes made on it\n")
 
     def taken(self) -> list:
         """The writes this thread queued (instead of pushing) since take_queued."""
@@ -569,6 +606,8 @@ class RemoteStore(Store):
                 return {"dropped": found, "synced": [], "refused": [], "skipped": [],
                         "queued": self.queue.entries()}
             self.queue.tidy()
+            for ref in sorted({e["ref"] for e in self.queue.pending()}):
+                self._adopt(ref, self.tip(ref))
             entries = self.queue.entries()
             todo = [e for e in entries if not e.get("refused")]
             if retry is not None:
@@ -645,6 +684,7 @@ class RemoteStore(Store):
             status, err = self._push(ref, new)
             if status == "ok":
                 tips[ref] = new
+                self._hub_has(ref, new)
                 if new != entry["commit"]:
                     self._record_landed(entry["commit"], new)
                 self.queue.remove(entry["id"])
