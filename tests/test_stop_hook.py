@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import signal
 import sys
 import time
 
@@ -365,3 +366,55 @@ def test_an_idle_time_that_is_no_number_of_seconds_is_taken_as_unset(hub, team, 
     out, err = finish(p, timeout=40)
     assert "Traceback" not in err, err
     assert "1 unread message from juno" in blocks(json.loads(out) if out.strip() else None), err
+
+
+def _waits(pid: int) -> list[int]:
+    """The idle `gitdrop wait` processes `pid` started (not its one look, timeout 0)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+    out = []
+    for k in kids:
+        try:
+            with open(f"/proc/{k}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"wait" in args and b"--timeout" in args and \
+                args[args.index(b"--timeout") + 1] != b"0":
+            out.append(k)
+    return out
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_the_wait_it_started_ends_with_a_killed_hook(hub, team, tmp_path, how):
+    """A client that times the hook out kills it: its `gitdrop wait` child ran on for
+    the rest of GITDROP_IDLE (15 minutes by the template), holding an inotify
+    instance, and repeated kills piled them up towards the per-user limit."""
+    p = start_hook(hub, tmp_path, idle=300)
+    deadline, kids = time.monotonic() + 20, []
+    while not kids and time.monotonic() < deadline:
+        time.sleep(0.2)
+        kids = _waits(p.pid)
+    assert kids, "the hook started no gitdrop wait"
+    time.sleep(3)   # settled into its wait
+    p.send_signal(how)
+    p.wait(10)
+    assert all(_gone(k, 10) for k in kids), [open(f"/proc/{k}/cmdline").read() for k in kids
+                                             if os.path.exists(f"/proc/{k}/cmdline")]

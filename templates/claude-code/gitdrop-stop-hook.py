@@ -48,6 +48,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,7 +223,7 @@ class Hook:
             try:
                 waiter = subprocess.Popen(self.cmd("wait", "--timeout", str(left)),
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True)
+                                          text=True, preexec_fn=_dies_with(os.getpid()))
             except OSError as e:
                 raise GitdropFailed(f"cannot run {self.bin[0]}: {e}")
         local = os.path.isdir(self._hub_path())
@@ -400,12 +401,35 @@ def _number(value, default: float) -> float:
     return got if math.isfinite(got) and 0 <= got < 10 ** 7 else default
 
 
+def _dies_with(parent: int):
+    """What the `gitdrop wait` child runs before it starts: it is sent SIGTERM when
+    the hook dies, by SIGKILL too (a client's hook timeout), where Linux can do so.
+    Else it outlived the hook by up to GITDROP_IDLE, holding an inotify instance."""
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):
+        return None
+
+    def child():
+        prctl(1, 15)   # PR_SET_PDEATHSIG, SIGTERM
+        if os.getppid() != parent:   # the hook died before that was set
+            os._exit(0)
+    return child
+
+
+def _ended(signum, _frame):
+    raise SystemExit(128 + signum)   # so the wait child is ended on the way out
+
+
 def _num(tid) -> int:
     return int(tid) if str(tid).isdigit() else 0
 
 
 def main() -> int:
     started = time.monotonic()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _ended)
     try:
         event = json.load(sys.stdin)
     except ValueError:
