@@ -998,3 +998,40 @@ def test_a_write_killed_while_queueing_last_is_sent_at_sync(served, tmp_path):
     doc, p = cli(served, tmp_path, "send", "core/kai", "-m", "fourth", "--as", "core/juno",
                  env=env)
     assert doc["queue_ids"] == [3] and "queued now" not in p.stderr
+
+
+def test_other_commands_go_on_while_a_sync_sends_a_long_queue(served, tmp_path):
+    """Sync held the mirror's lock for the whole queue: every command on that hub
+    waited for it without a word (161 s for 1,000 writes), `gitdrop status` too.
+    It now takes the lock for one write at a time, and sends what is queued meanwhile."""
+    env = {"GITDROP_OFFLINE": "queue"}
+    cli(served, tmp_path, "who")
+    served.stop()
+    for i in range(5):
+        cli(served, tmp_path, "send", "core/kai", "-m", f"m{i}", "--as", "core/juno", env=env)
+    served.start()
+    count = tmp_path / "count"
+    hook = os.path.join(served.hub.path, "hooks", "reference-transaction")
+    with open(hook, "w") as f:   # each write the hub takes keeps the push a second longer
+        f.write(f"#!/bin/sh\n[ \"$1\" = committed ] || exit 0\necho x >> {count}\nsleep 1\n")
+    os.chmod(hook, 0o755)
+    started = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "--json", "sync"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
+    while not count.exists() and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    doc, _ = cli(served, tmp_path, "status", "--as", "core/juno", env=env)
+    took = time.monotonic() - t0
+    assert doc["queue"], doc   # the sync is not over ...
+    doc, _ = cli(served, tmp_path, "send", "core/kai", "-m", "meanwhile", "--as", "core/juno",
+                 env=env)
+    assert doc.get("queued") is True, (doc, took, time.monotonic() - t0)   # ... so it waits behind them
+    out, err = p.communicate(timeout=60)
+    whole = time.monotonic() - started
+    assert p.returncode == 0, err
+    assert [e["subject"].split(": ", 1)[-1] for e in json.loads(out)["synced"]][-1:] and \
+        len(json.loads(out)["synced"]) == 6, out
+    assert took < whole / 2, (took, whole)
+    assert texts(served.hub) == [f"m{i}" for i in range(5)] + ["meanwhile"]

@@ -298,9 +298,11 @@ class RemoteStore(Store):
         super().__init__(mirror)
         self.queue = Queue(self.repo)
         self.publish = self._publish
-        with self.locked():
+        made = bool(self.tip(model.HUB_REF) or self.rooms(fetch=False))
+        with self.locked(wait=not made) as got:
             try:
-                self._fetch()
+                if got:   # else another command is talking to the hub: the mirror
+                    self._fetch()   # as it is, as a read that just fetched would
             except Unreachable:
                 if not (self.offline or self.queue.pending()) or (
                         not self.tip(model.HUB_REF) and not self.rooms(fetch=False)):
@@ -330,7 +332,11 @@ class RemoteStore(Store):
         Working offline, an unreachable hub leaves the mirror as it is."""
         if not force and time.monotonic() - self._fetched < self.fresh:
             return
-        with self.locked():
+        with self.locked(wait=force) as got:
+            if not got:
+                # Another command of this machine is talking to the hub (a sync can
+                # take minutes): this read is served by the mirror as it is.
+                return
             try:
                 self._fetch()
                 self.unreachable = False
@@ -542,8 +548,10 @@ class RemoteStore(Store):
             self.repo.references.delete(ref)
 
     # --- locking: one writer or fetcher per mirror at a time -------------------------
-    def locked(self):
-        return _MirrorLock(self)
+    def locked(self, wait: bool = True):
+        """The mirror's lock; with wait=False, given only if it is free (as `with
+        ... as got`: False when another process holds it)."""
+        return _MirrorLock(self, wait)
 
     def write(self, ref, build, author, *args, **kwargs):
         """Store.write under the mirror's lock. A refusal or not-found built on a
@@ -598,7 +606,10 @@ class RemoteStore(Store):
         sends such a one again, after the others (so it lands after the writes
         queued behind it); `drop` removes one from the queue. A write the hub
         neither takes nor refuses by a rule stops the sync: SyncStopped, and it and
-        those after it stay queued."""
+        those after it stay queued. The mirror's lock is taken for one write at a
+        time: every other command on this hub waited for the whole queue (minutes
+        for a thousand writes), `gitdrop status` too; a write made meanwhile is
+        queued behind the others and sent by this sync."""
         with self.locked():
             if drop is not None:
                 found = self._queued(drop)
@@ -609,29 +620,41 @@ class RemoteStore(Store):
             for ref in sorted({e["ref"] for e in self.queue.pending()}):
                 self._adopt(ref, self.tip(ref))
             entries = self.queue.entries()
-            todo = [e for e in entries if not e.get("refused")]
             if retry is not None:
                 again = self._queued(retry)
                 if not again.get("refused"):
                     raise UsageError(f"write #{retry} was not refused: it is sent in its "
                                      "turn", "run gitdrop sync")
-                todo.append(again)
             skipped = [e for e in entries if e.get("refused") and e["id"] != retry]
-            synced, refused = [], []
-            if todo:
+            if entries:
                 self._fetch(SYNC_REFSPECS)
-                tips = {}
-                for n, entry in enumerate(todo):
-                    try:
-                        with self._race():
-                            outcome = self._sync_one(entry, tips)
-                    except _Stop as stop:
-                        raise self._stopped(stop, entry, todo[n + 1:], synced) from None
-                    (synced if outcome == "synced" else refused).append(entry)
+        synced, refused, tried = [], [], set()
+        while True:
+            _let_in(self.path)
+            with self.locked():
+                todo = self._to_send(retry, tried)
+                if not todo:
+                    break
+                entry = todo[0]
+                tried.add(entry["id"])
+                try:
+                    with self._race():
+                        outcome = self._sync_one(entry)
+                except _Stop as stop:
+                    raise self._stopped(stop, entry, todo[1:], synced) from None
+            (synced if outcome == "synced" else refused).append(entry)
+        with self.locked():
             self._fetch()   # the mirror's refs: the hub's, with what landed
             self.unreachable = False
             return {"synced": synced, "refused": refused, "skipped": skipped,
                     "retried": retry, "queued": self.queue.entries()}
+
+    def _to_send(self, retry: int | None, tried: set) -> list[dict]:
+        """What this sync has still to send, in order: the queue as it is now (a write
+        made during the sync is in it), then the refused one it retries."""
+        entries = [e for e in self.queue.entries() if e["id"] not in tried]
+        return [e for e in entries if not e.get("refused")] + \
+            [e for e in entries if e["id"] == retry and e.get("refused")]
 
     def _queued(self, entry_id: int) -> dict:
         for e in self.queue.entries():
@@ -654,16 +677,16 @@ class RemoteStore(Store):
             f"#{entry['id']} and the {len(after)} write(s) after it stay queued, in order",
             stop.fix, synced, self.queue.entries())
 
-    def _sync_one(self, entry: dict, tips: dict) -> str:
+    def _sync_one(self, entry: dict) -> str:
         ref = entry["ref"]
         while True:
-            tip = self._hub_tip(tips, ref)
+            tip = self._hub_tip(ref)
             if any(c and (c == tip or (tip and self.repo.descendant_of(tip, c)))
                    for c in (entry["commit"], entry["pushing"])):
                 self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
                 return "synced"
             try:
-                new = self._rebase(entry, tip, self._hub_tip(tips, model.HUB_REF))
+                new = self._rebase(entry, tip, self._hub_tip(model.HUB_REF))
             except Refusal as e:
                 return self._mark_refused(entry, e)
             except Damaged as e:   # the hub serves what the rules refuse: not the write's
@@ -683,7 +706,6 @@ class RemoteStore(Store):
             self.queue.save(entry)   # before the push: a kill after it is found landed
             status, err = self._push(ref, new)
             if status == "ok":
-                tips[ref] = new
                 self._hub_has(ref, new)
                 if new != entry["commit"]:
                     self._record_landed(entry["commit"], new)
@@ -710,7 +732,6 @@ class RemoteStore(Store):
                             "run gitdrop sync again")
             self._lost_race(ref)
             self._fetch(SYNC_REFSPECS)
-            tips.clear()
 
     def _hub_damaged(self, e: Damaged) -> "_Stop":
         """The stop of a sync whose writes the hub's own state keeps from being
@@ -731,11 +752,9 @@ class RemoteStore(Store):
             return False
         return True
 
-    def _hub_tip(self, tips: dict, ref: str) -> str:
-        """The hub's tip of `ref` as fetched for this sync, with what it took since."""
-        if ref not in tips:
-            tips[ref] = self.tip(HUB_TIPS + ref[len("refs/heads/"):])
-        return tips[ref]
+    def _hub_tip(self, ref: str) -> str:
+        """The hub's tip of `ref` as last fetched, with what it took from here since."""
+        return self.tip(HUB_TIPS + ref[len("refs/heads/"):])
 
     def _mark_refused(self, entry: dict, e: Refusal) -> str:
         if e.rule in _PASSING:
@@ -865,26 +884,97 @@ class _Race:
 class _MirrorLock:
     """Re-entrant across threads of this process, exclusive across processes (flock)."""
 
-    def __init__(self, store: RemoteStore):
-        self.s = store
+    def __init__(self, store: RemoteStore, wait: bool = True):
+        self.s, self.wait, self.got = store, wait, False
 
     def __enter__(self):
-        import fcntl
         s = self.s
-        s._mutex.acquire()
+        if not s._mutex.acquire(blocking=self.wait):
+            return False   # another thread of this process has it
         if s._depth == 0:
-            s._lockf = open(os.path.join(s.path, "gitdrop-remote.lock"), "a")
-            fcntl.flock(s._lockf, fcntl.LOCK_EX)
+            try:
+                s._lockf = _take_lock(os.path.join(s.path, "gitdrop-remote.lock"), s.url,
+                                      self.wait)
+            except BaseException:
+                s._mutex.release()   # Ctrl-C while waiting: the next call may lock
+                raise
+            if s._lockf is None:
+                s._mutex.release()
+                return False
         s._depth += 1
-        return self
+        self.got = True
+        return True
 
     def __exit__(self, *exc):
+        if not self.got:
+            return
         s = self.s
         s._depth -= 1
         if s._depth == 0:
-            s._lockf.close()   # closing releases the flock
+            os.close(s._lockf)   # closing releases the flock
             s._lockf = None
         s._mutex.release()
+
+
+LOCK_SAY = 2.0   # seconds waited on the mirror's lock before saying so
+
+
+def _take_lock(path: str, url: str, wait: bool = True) -> int | None:
+    """The mirror's lock file, flocked (a FIFO or a link planted there is refused,
+    not waited on); None if another process holds it and `wait` is False."""
+    import fcntl
+    fd = _open(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                os.close(fd)
+                return None
+            # Another command of this machine is talking to the hub: a push, a
+            # fetch, or one write of a sync. Said once the wait is long enough to
+            # wonder about (a hub that answers slowly holds it for longer).
+            said = threading.Timer(LOCK_SAY, _say_waiting, (public_url(url),))
+            said.daemon = True
+            said.start()
+            waiting = _open(path + WAITING)   # held shared while waiting (let_in)
+            try:
+                fcntl.flock(waiting, fcntl.LOCK_SH)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            finally:
+                os.close(waiting)
+                said.cancel()
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+WAITING = ".waiting"
+
+
+def _open(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK |
+                   files.NOFOLLOW, 0o600)
+
+
+def _let_in(mirror: str) -> None:
+    """Between two writes of a sync: wait until the commands that were waiting for
+    the mirror's lock have it (each holds the .waiting file shared while it waits).
+    flock is not fair: the sync took the lock again at once, and they waited on."""
+    import fcntl
+    fd = _open(os.path.join(mirror, "gitdrop-remote.lock" + WAITING))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
+
+
+def _say_waiting(url: str) -> None:
+    sys.stderr.write(f"gitdrop: waiting for another gitdrop command on this machine that "
+                     f"is talking to {url} (a push, a fetch or a gitdrop sync sending the "
+                     "queue: one write at a time); this one goes on when it is done\n")
+    sys.stderr.flush()
 
 
 class RemoteHub(Hub):
