@@ -98,6 +98,9 @@ def _dependents(reader, c: CommitData, tid: str) -> list[str]:
 
 
 _MEMO: dict[str, dict] = {}
+_KEPT = [0]   # about how many bytes of text _MEMO holds
+# What the memo may hold: a watcher of a flooded room (16 KB messages) kept 1.2 GB.
+MEMO_MOST, MEMO_BYTES = 50000, 64 << 20
 
 
 def event(reader, c: CommitData, copy: bool = True) -> dict:
@@ -110,9 +113,12 @@ def event(reader, c: CommitData, copy: bool = True) -> dict:
     if ev is None:
         ev = _event(reader, c)
         if c.oid:
-            if len(_MEMO) > 50000:
+            size = 200 + len(ev["text"] or "") + len(ev["subject"] or "")
+            if len(_MEMO) >= MEMO_MOST or _KEPT[0] + size > MEMO_BYTES:
                 _MEMO.clear()
+                _KEPT[0] = 0
             _MEMO[c.oid] = ev
+            _KEPT[0] += size
     return dict(ev) if copy else ev
 
 

@@ -470,17 +470,17 @@ class Notifier:
 
     def _behind(self, tip: str, bases) -> bool:
         """Whether one of `bases` is an ancestor of `tip` (its ref moved on, not rewritten)."""
+        return any(self._descends(tip, base) for base in bases)
+
+    def _descends(self, later: str, earlier: str) -> bool:
         repo = getattr(self.store, "repo", None)
         if repo is None:
             return False
         import pygit2   # loaded already by the store that has a repo
-        for base in bases:
-            try:
-                if repo.descendant_of(tip, base):
-                    return True
-            except (KeyError, ValueError, pygit2.GitError):
-                continue
-        return False
+        try:
+            return repo.descendant_of(later, earlier)
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
 
     def _scan_room(self, room, groups):
         reader = self.store.reader
@@ -503,6 +503,11 @@ class Notifier:
                     cap = BEHIND_CAP
                     continue
                 break
+        for base in bases - set(found):
+            if self._descends(base, tip):
+                # The ref was moved back (a restore from a backup): what is below
+                # the tip now was announced before, so nothing is announced again.
+                found[base] = 0
         # Whether a subscriber leads reads its agent file, which every cursor move
         # rewrites: it is asked only by an event that could reach it as a lead.
         view = []   # the tip's view, made on that first question

@@ -612,6 +612,46 @@ def test_a_subscriber_far_behind_the_tip_loses_no_event(hub, team):
     assert [e["text"] for e in got if e["op"] == "send"] == ["URGENT: the build is broken"]
 
 
+def test_a_ref_moved_back_announces_nothing_again(hub, team):
+    """A room restored from a backup (its ref moved back to an older commit): the
+    walk from the new tip never met the watcher's base, so up to 1,000 old events
+    were delivered again as new, and an agent could act on them twice."""
+    got = []
+    n = Notifier(hub.path)
+    n.subscribe("lobby", "core/spartan", lambda evs: got.extend(evs))
+    for i in range(3):
+        team.send("core/kai", "core/spartan", f"old {i}")
+    n.scan()
+    assert [e["text"] for e in got if e["op"] == "send"] == ["old 0", "old 1", "old 2"]
+    ref = hub.store.room_ref("lobby")
+    back = hub.store.reader.commit(hub.store.tip(ref)).parent
+    git("update-ref", ref, back, cwd=hub.path)
+    got.clear()
+    n.scan()
+    assert got == []
+    team.send("core/kai", "core/spartan", "new after the restore")   # and it goes on
+    n.scan()
+    assert [e["text"] for e in got if e["op"] == "send"] == ["new after the restore"]
+
+
+def test_what_a_watcher_keeps_of_the_events_it_worked_out_is_bounded(hub, team, monkeypatch):
+    """Every event worked out was kept, message text and all, up to 50,000: a watcher
+    of a room flooded with 16 KB messages (as the loop guard allows) held 1.2 GB."""
+    from gitdrop import events
+    from gitdrop.notifier import first_parent_walk
+    monkeypatch.setattr(events, "MEMO_BYTES", 256 << 10)
+    monkeypatch.setattr(events, "_MEMO", {})
+    monkeypatch.setattr(events, "_KEPT", [0])
+    big = "x" * 15000
+    for i in range(60):   # 900 KB of text
+        team.send("core/kai", "core/spartan", f"{i} {big}")
+    walked = list(first_parent_walk(hub.store.reader, hub.store.room_tip("lobby")))
+    for c in walked:
+        assert events.event(hub.store.reader, c)["id"] == c.oid
+    kept = sum(len(e["text"] or "") for e in events._MEMO.values())
+    assert 0 < kept <= 256 << 10 and len(events._MEMO) < len(walked), kept
+
+
 NO_DESCRIPTORS = r"""
 import json, os, resource, sys, time
 from gitdrop import hub as hubmod
