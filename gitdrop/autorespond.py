@@ -496,6 +496,7 @@ class Responder:
         between rounds; the number of messages answered."""
         from .notifier import Notifier
         old = catch_stop_signals(self.stop)
+        held = self._hold()
         n = Notifier(self.hub_spec)
         n.subscribe(self.room.name, self.agent, lambda evs: self._wake.set())
         n.start()
@@ -515,6 +516,7 @@ class Responder:
             n.stop()
             self._restore_status(before)
             restore_signals(old)
+            os.close(held)
         self._emit("stopped", {}, handled=self.handled)
         return self.handled
 
@@ -522,18 +524,44 @@ class Responder:
         self._stopping.set()
         self._wake.set()
 
+    def _hold(self) -> int:
+        """This agent's responder lock, held while it runs (flock on <pending>.lock):
+        two responders for one agent shared its pending file, and each put back
+        the other's "away" status as the agent's own."""
+        import fcntl
+        os.makedirs(os.path.dirname(self.pending_path), exist_ok=True)
+        fd = os.open(self.pending_path[:-len(".pending")] + ".lock",
+                     os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | files.NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"an auto-responder is already answering for {self.agent} in "
+                             f"room {self.room.name!r} on this machine",
+                             "stop that one first (SIGTERM), or leave it running") from None
+        return fd
+
     def _set_status(self):
         """Says "away: ..." in the agent's status (rules: status = true); the status
-        it had, to put back, or None."""
+        it had, to put back, or None. That one is kept in <pending>.status until it
+        is put back: a responder killed with -9 left "away: ..." as the status, and
+        the next one took that for the agent's own and put it back for good."""
         if not self.rules["status"]:
             return None
+        kept = self.pending_path[:-len(".pending")] + ".status"
         try:
             old = self.room.view().agent(self.agent)["status"]
             new = f"away: {self.rules['away']}"[:200]
+            saved = files.read_plain(kept, 4096)
+            if saved is not None:
+                before = saved.decode("utf-8", "replace")
+            else:
+                before = "" if old == new else old
+                files.write_whole(kept, before.encode(), 0o600)
             if old != new:
                 self.room.set_status(self.agent, new)
-            return old
-        except GitdropError:
+            return before
+        except (GitdropError, OSError):
             return None
 
     def _restore_status(self, old) -> None:
@@ -541,8 +569,9 @@ class Responder:
             return
         try:
             self.room.set_status(self.agent, old)
-        except GitdropError:
-            pass
+            os.unlink(self.pending_path[:-len(".pending")] + ".status")
+        except (GitdropError, OSError):
+            pass   # kept: the next responder puts it back
 
     def _emit(self, what: str, base: dict, **extra) -> dict:
         ev = dict({"event": what, "agent": self.agent, "room": self.room.name,

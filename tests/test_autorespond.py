@@ -343,3 +343,46 @@ def test_a_pending_file_that_is_no_plain_file_is_not_read(room, tmp_path, plante
     t.start()
     t.join(10)
     assert got == [[]], "the pending file was waited on"
+
+
+def test_the_status_comes_back_after_a_killed_responder_and_a_second_is_refused(room,
+                                                                                tmp_path):
+    """A responder killed with -9 left "away: ..." as the agent's status; the next one
+    took that for the agent's own status and put it back as it stopped, for good. A
+    second responder for the same agent did the same, sharing its pending file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITDROP_")}
+    env.update(HOME=str(tmp_path), GITDROP_HUB=room.store.path, GITDROP_AGENT="core/spartan")
+    room.set_status("core/spartan", "coding the parser")
+    args = [*ENTRY, "autorespond", "--rules", rules_file(tmp_path), "--json"]
+
+    def start():
+        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
+    first = start()
+    try:
+        _lines(first, lambda ev: ev["event"] == "started", 30)
+        second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and "already answering for core/spartan" in \
+            second.stdout + second.stderr, (second.stdout, second.stderr)
+        first.kill()
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        first.stdout.close()
+        first.stderr.close()
+    assert room.view().agent("core/spartan")["status"] == "away: back on Monday"
+    again = start()
+    try:
+        _lines(again, lambda ev: ev["event"] == "started", 30)
+        again.send_signal(signal.SIGTERM)
+        _lines(again, lambda ev: ev["event"] == "stopped", 10)
+        assert again.wait(10) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+        again.stdout.close()
+        again.stderr.close()
+    assert room.view().agent("core/spartan")["status"] == "coding the parser"
