@@ -488,18 +488,32 @@ def test_a_garbage_or_lying_queue_file_is_set_aside_and_the_rest_syncs(served, t
     with open(os.path.join(qdir, "00000007.json"), "w") as f:
         f.write("{not json")
     first = json.load(open(os.path.join(qdir, "00000001.json")))
-    for name, lie in (("00000008.json", dict(first, id=3)),                  # not its name
-                      ("00000009.json", dict(first, id=9, ref="refs/heads/*"))):
-        with open(os.path.join(qdir, name), "w") as f:
-            json.dump(lie, f)
+    lies = [dict(first, id=3), dict(first, ref="refs/heads/*"),    # not its name, no room
+            # fields of the wrong kind gave tracebacks in status and sync
+            dict(first, queued="yesterday"), dict(first, refused="x"),
+            dict(first, pushing=12345), dict(first, queued=True)]
+    for n, lie in enumerate(lies, 8):
+        with open(os.path.join(qdir, f"{n:08d}.json"), "w") as f:
+            json.dump(dict(lie, id=lie["id"] if lie["id"] == 3 else n), f)
+    # a folder or a FIFO there gave a traceback, or hung every command on the hub
+    os.mkdir(os.path.join(qdir, "00000014.json"))
+    os.mkfifo(os.path.join(qdir, "00000015.json"))
+    # a link at the temporary name the next write used had it write through the link
+    target = tmp_path / "precious"
+    target.write_text("mine")
+    for n in range(2, 30):
+        os.symlink(target, os.path.join(qdir, f"{n:08d}.json.tmp"))
     assert [e["id"] for e in h.store.queue.entries()] == [1]
     assert sorted(n for n in os.listdir(qdir) if n.endswith(".bad")) == [
-        "00000007.json.bad", "00000008.json.bad", "00000009.json.bad"]
+        f"{n:08d}.json.bad" for n in range(7, 16)]
     assert "set aside" in capfd.readouterr().err
+    lobby.send("core/spartan", "core/kai", "kept too")
+    assert target.read_text() == "mine"
+    assert [e["id"] for e in h.store.queue.entries()] == [1, 2]
     served.start()
     r = h.store.sync()
-    assert [e["id"] for e in r["synced"]] == [1] and not r["queued"]
-    assert texts(served.hub) == ["kept"]
+    assert [e["id"] for e in r["synced"]] == [1, 2] and not r["queued"]
+    assert texts(served.hub) == ["kept", "kept too"]
 
 
 def test_a_write_queued_a_while_ago_is_redated_at_sync(served, tmp_path, monkeypatch):
@@ -1035,3 +1049,65 @@ def test_other_commands_go_on_while_a_sync_sends_a_long_queue(served, tmp_path):
         len(json.loads(out)["synced"]) == 6, out
     assert took < whole / 2, (took, whole)
     assert texts(served.hub) == [f"m{i}" for i in range(5)] + ["meanwhile"]
+
+
+def test_dropping_a_write_a_killed_sync_landed_says_it_is_on_the_hub(served, tmp_path):
+    """A sync killed right after a push landed left the entry queued; `--drop` said
+    "it will not be sent" of a message the hub already had."""
+    h = client(served, tmp_path)
+    served.stop()
+    for t in ("m0", "m1"):
+        h.room("lobby").send("core/juno", "core/kai", t)
+    served.start()
+    pidfile = tmp_path / "sync.pid"
+    hook = os.path.join(served.hub.path, "hooks", "reference-transaction")
+    with open(hook, "w") as f:   # the hub kills the syncing process once m0 is in
+        f.write(f"#!/bin/sh\n[ \"$1\" = committed ] || exit 0\nkill -9 $(cat {pidfile})\n")
+    os.chmod(hook, 0o755)
+    p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
+    pidfile.write_text(str(p.pid))
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL and texts(served.hub) == ["m0"]
+    os.unlink(hook)
+    doc, out = cli(served, tmp_path, "sync", "--drop", "1")
+    assert doc["landed"] is True and [e["id"] for e in doc["queued"]] == [2], doc
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync", "--drop",
+                        "2"], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
+    assert p.returncode == 0 and "it will not be sent" in p.stdout, (p.stdout, p.stderr)
+    assert texts(served.hub) == ["m0"]
+
+
+def test_a_keyed_write_also_made_on_the_hub_is_taken_as_landed(served, tmp_path):
+    """The same keyed operation queued here and made on the hub meanwhile (a retry from
+    another machine) is applied once, and sync took the replay's refusal for a rule's
+    verdict on the write: it stayed queued, and every later sync exited 3."""
+    h = client(served, tmp_path)
+    h.room("lobby").who()
+    served.stop()
+    h.room("lobby").send("core/juno", "core/kai", "pay invoice 42", key="pay-42")
+    served.start()
+    served.hub.room("lobby").set_status("core/spartan", "in between")   # another parent
+    served.hub.room("lobby").send("core/juno", "core/kai", "pay invoice 42", key="pay-42")
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1] and r["refused"] == [] and r["queued"] == []
+    assert texts(served.hub) == ["pay invoice 42"]
+
+
+def test_a_hub_gone_after_the_last_push_still_says_what_was_sent(served, tmp_path):
+    """Sync fetched once more after its last push; a hub gone by then made the whole
+    sync "unreachable" (exit 7), and what it had sent was never said."""
+    h = client(served, tmp_path)
+    h.room("lobby").who()
+    served.stop()
+    h.room("lobby").send("core/juno", "core/kai", "one")
+    served.start()
+    hook = os.path.join(served.hub.path, "hooks", "post-receive")
+    with open(hook, "w") as f:   # the hub stops answering once the push is in
+        f.write(f"#!/bin/sh\nkill {served.proc.pid}\n")
+    os.chmod(hook, 0o755)
+    r = h.store.sync()
+    assert [e["id"] for e in r["synced"]] == [1] and r["queued"] == []
+    assert texts(served.hub) == ["one"]

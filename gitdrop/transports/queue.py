@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-from .. import model
+from .. import files, model
 from ..wal import fsync_path
 
 QUEUE_DIR = "gitdrop-queue"
@@ -36,8 +36,7 @@ class Queue:
         for n in names:
             path = os.path.join(self.dir, n)
             try:
-                with open(path) as f:
-                    entry = _valid(n, json.load(f))
+                entry = _valid(n, json.loads(_read(path)))
             except FileNotFoundError:   # synced or dropped by another process just now
                 continue
             except ValueError as e:     # cut, garbage or a lie: set aside, never sent
@@ -73,13 +72,10 @@ class Queue:
         return entry
 
     def save(self, entry: dict) -> None:
-        path = os.path.join(self.dir, f"{entry['id']:08d}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(entry, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # through a new file of an unguessable name: a link planted at NNN.json.tmp
+        # had the write land on its target
+        files.write_whole(os.path.join(self.dir, f"{entry['id']:08d}.json"),
+                          json.dumps(entry).encode(), 0o600, sync=True)
         _fsync_dir(self.dir)
 
     def remove(self, entry_id: int) -> None:
@@ -129,6 +125,7 @@ class Queue:
 
 _OID = re.compile(r"[0-9a-f]{40}")
 LAST = "last-id"   # the last id given, in the queue's folder
+MOST = 1 << 20     # bytes of a queue file read (a write's entry is a few hundred)
 
 
 def _valid(name: str, entry) -> dict:
@@ -147,7 +144,29 @@ def _valid(name: str, entry) -> dict:
             not isinstance(entry.get("parent"), str) or \
             not (entry["parent"] == "" or _OID.fullmatch(entry["parent"])):
         raise ValueError("commit or parent is not a commit id")
+    pushing = entry.get("pushing", "")
+    if not isinstance(pushing, str) or not (pushing == "" or _OID.fullmatch(pushing)):
+        raise ValueError("pushing is not a commit id")
+    refused = entry.get("refused")
+    if refused is not None and not (isinstance(refused, dict) and all(
+            isinstance(refused.get(k), str) for k in ("rule", "reason", "fix"))):
+        raise ValueError("refused is not a rule's refusal")
+    if not all(isinstance(entry.get(k), str) for k in ("author", "subject")) or \
+            type(entry.get("queued")) is not int:
+        raise ValueError("author, subject or queued is not what a write records")
     return entry
+
+
+def _read(path: str) -> bytes:
+    """A queue file's bytes: a plain file, a link not followed, a FIFO not waited on."""
+    data = files.read_plain(path, MOST)
+    if data is None:
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        raise ValueError("not a plain file")
+    if len(data) >= MOST:
+        raise ValueError(f"larger than {MOST} bytes")
+    return data
 
 
 def _fsync_dir(path: str) -> None:
