@@ -222,6 +222,14 @@ def test_wait_json_says_it_timed_out_in_one_document(gd, team):
 
 # --- progress on long work -----------------------------------------------------------
 
+def test_status_takes_a_short_name_as_every_command_does(gd, team):
+    """`--as juno status` said juno was not registered: it compared the name as given."""
+    team.set_status("core/juno", "reviewing")
+    r = gd("--as", "juno", "--json", "status")
+    assert r.rc == 0 and r.json["status"]["agent"] == "core/juno", r
+    assert r.json["status"]["status"] == "reviewing"
+
+
 @pytest.fixture
 def long_room(hub, lobby):
     """A lobby of a few hundred commits."""

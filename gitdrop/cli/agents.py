@@ -7,7 +7,7 @@ import typer
 
 from .base import Scope, ago, command, paint, progress, short_id, split_list, table
 from .. import fmt, model
-from ..errors import UsageError
+from ..errors import GitdropError, UsageError
 
 app = typer.Typer(add_completion=False)
 
@@ -133,7 +133,11 @@ def status(s: Scope, text: Annotated[Optional[str], typer.Argument(
     store = s.hub.store
     me = None
     if s.agent_value:
-        me = next((a for a in s.room.who() if a["agent"] == s.agent_value), None)
+        try:   # a short name, as every other command takes it
+            full = s.room.resolve(s.agent_value)
+        except GitdropError:
+            full = s.agent_value
+        me = next((a for a in s.room.who() if a["agent"] == full), None)
     queue = store.queue.entries() if hasattr(store, "queue") else None
     oldest = min((e["queued"] for e in queue or []), default=0)
     from ..transports.remote import public_url
