@@ -218,6 +218,10 @@ def keyed_before(reader, tip: str, author: str, key: str, at: int, room: str = "
     return memo[k]
 
 
+# How the refusal of a keyed operation made again says so (sync takes it as landed).
+APPLIED = "for this same operation: it is applied once"
+
+
 def same_keyed(earlier, op: str, digest: str) -> bool:
     """Is `earlier` the operation (op and payload digest) a key names again?"""
     return earlier.op == op and fmt.trailer(earlier.trailers, "digest") == digest
@@ -246,8 +250,8 @@ def _check_key(c, op: str, ctx, room: str = "") -> None:
         return
     if same_keyed(earlier, op, fmt.trailer(c.trailers, "digest")):
         _refuse("idempotency-key", c, f"the key {key!r} was used by {earlier.oid[:12]} "
-                "for this same operation: it is applied once", "nothing to do: it is in the "
-                "room (gitdrop log shows it); use a new key for a new operation")
+                f"{APPLIED}", "nothing to do: it is in the room (gitdrop log shows it); "
+                "use a new key for a new operation")
     raise key_reused(earlier, key, op)
 
 

@@ -50,7 +50,12 @@ def sync(s: Scope, drop: Annotated[Optional[int], typer.Option(
         return
     r = store.sync(drop, retry)
     if drop is not None:
-        s.emit(r, f"dropped #{drop} ({r['dropped']['subject']}); it will not be sent; "
+        what = {True: "it was on the hub already (a sync sent it, and stopped before it "
+                      "could say so): only the queue forgot it",
+                None: "a sync was sending it when it stopped, and the hub cannot be "
+                      "reached to tell whether it landed: read it back once it can",
+                False: "it will not be sent"}[r["landed"]]
+        s.emit(r, f"dropped #{drop} ({r['dropped']['subject']}); {what}; "
                   f"{len(r['queued'])} still queued")
         return
 

@@ -613,9 +613,16 @@ class RemoteStore(Store):
         with self.locked():
             if drop is not None:
                 found = self._queued(drop)
+                landed = False
+                if found["pushing"]:   # a sync was sending it when it stopped
+                    try:
+                        self._fetch(SYNC_REFSPECS)
+                        landed = self._on_hub(found)
+                    except Unreachable:
+                        landed = None   # cannot tell
                 self.queue.remove(drop)
-                return {"dropped": found, "synced": [], "refused": [], "skipped": [],
-                        "queued": self.queue.entries()}
+                return {"dropped": found, "landed": landed, "synced": [], "refused": [],
+                        "skipped": [], "queued": self.queue.entries()}
             self.queue.tidy()
             for ref in sorted({e["ref"] for e in self.queue.pending()}):
                 self._adopt(ref, self.tip(ref))
@@ -644,8 +651,11 @@ class RemoteStore(Store):
                     raise self._stopped(stop, entry, todo[1:], synced) from None
             (synced if outcome == "synced" else refused).append(entry)
         with self.locked():
-            self._fetch()   # the mirror's refs: the hub's, with what landed
-            self.unreachable = False
+            try:
+                self._fetch()   # the mirror's refs: the hub's, with what landed
+                self.unreachable = False
+            except Unreachable:   # gone after the last push: what was sent is still sent
+                self._went_down()
             return {"synced": synced, "refused": refused, "skipped": skipped,
                     "retried": retry, "queued": self.queue.entries()}
 
@@ -681,8 +691,7 @@ class RemoteStore(Store):
         ref = entry["ref"]
         while True:
             tip = self._hub_tip(ref)
-            if any(c and (c == tip or (tip and self.repo.descendant_of(tip, c)))
-                   for c in (entry["commit"], entry["pushing"])):
+            if self._on_hub(entry):
                 self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
                 return "synced"
             try:
@@ -752,11 +761,23 @@ class RemoteStore(Store):
             return False
         return True
 
+    def _on_hub(self, entry: dict) -> bool:
+        """Whether the queued write is on the hub, as last fetched (as queued, or as
+        a sync rebased it)."""
+        tip = self._hub_tip(entry["ref"])
+        return any(c and (c == tip or (tip and self.repo.descendant_of(tip, c)))
+                   for c in (entry["commit"], entry["pushing"]))
+
     def _hub_tip(self, ref: str) -> str:
         """The hub's tip of `ref` as last fetched, with what it took from here since."""
         return self.tip(HUB_TIPS + ref[len("refs/heads/"):])
 
     def _mark_refused(self, entry: dict, e: Refusal) -> str:
+        from ..rules import APPLIED
+        if e.rule == "idempotency-key" and APPLIED in e.reason:
+            # made on the hub too (a retry from another machine): it is there, once
+            self.queue.remove(entry["id"])
+            return "synced"
         if e.rule in _PASSING:
             # Not the write's fault, and gone in a while: the burst sync itself sends
             # (each write dated now), or this machine's clock. Marked, each one had
