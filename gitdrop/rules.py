@@ -1081,6 +1081,12 @@ def _move_edit(before, c, old, new, tid):
     if new["max_retries"] != old["max_retries"] and not decides:   # its failures never
         _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
                 "sets how often a task may be retried", "ask them to change it")   # counted
+    # What a task waits on is not its doer's to change either: an assignee dropped a
+    # dependency to start early, or pointed a task in progress at one that would
+    # never be done, and held it past every reap.
+    if new["after"] != old["after"] and not decides:
+        _refuse("task-state-machine", c, f"only the creator ({old['creator']}) or a lead "
+                f"changes what task {tid} waits on", "ask them to change it")
     if new["handshake"] != old["handshake"]:
         _check_rebind(before, c, old, new, tid, lead or (
             c.author == old["creator"] and c.author != old["assignee"]))
@@ -1157,7 +1163,8 @@ def lease_expiry(reader, settings: dict, task: dict, tip: str, now: int) -> tupl
             break
         if (who and h.author == who) or \
                 (h.op.startswith("task-") and fmt.trailer(h.trailers, "task") == tid) or \
-                (after and h.op == "task-approve" and fmt.trailer(h.trailers, "task") in after):
+                (after and h.op in ("task-approve", "task-complete") and
+                 fmt.trailer(h.trailers, "task") in after):
             last = min(h.time, now)
             break
     return max(task["lease_until"], last + lease if last else 0), last
@@ -1181,11 +1188,20 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
                     "assignee in the room renews it)")
         return
     if new["lease_until"] and new["lease_until"] != old["lease_until"]:
-        base = ctx.now if ctx.now is not None else c.time
+        base = _lease_base(c, ctx)
         if new["lease_until"] - base > s["max_task_lease"] + s["clock_skew"]:
             _refuse("task-lease", c, f"the lease runs {new['lease_until'] - base}s; the room "
                     f"allows {s['max_task_lease']}s", f"set lease_until at most "
                     f"{s['max_task_lease']}s ahead (gitdrop task renew ID --for SECONDS)")
+
+
+def _lease_base(c, ctx) -> int:
+    """From when a lease's length is measured. Re-validating history (verify, an
+    import) only the commit's date is known; at receipt the earlier of it and the
+    hub's clock, so that what the hub took re-validates: a commit dated within
+    clock_skew before the hub's clock, its lease measured from the clock, was taken
+    and then refused by verify for good, the room's export with it."""
+    return c.time if ctx.now is None else min(ctx.now, c.time)
 
 
 _MOVE_CHECKS = {"assign": _move_assign, "claim": _move_claim, "start": _move_start,
@@ -1320,9 +1336,7 @@ def _check_lease_take(before, c, changes, ctx, op):
                     f"{old['glob']} ({old['mode']}); only its holder renews it, unchanged",
                     "take a new lease instead")
     s = before.settings
-    # At receipt the hub's clock bounds the lease; re-validating history, the
-    # commit's date (held within clock_skew of the hub's clock when it arrived).
-    base = ctx.now if ctx.now is not None else c.time
+    base = _lease_base(c, ctx)
     most = s["max_lease_ttl"] + s["clock_skew"]
     if new["until"] - base > most:
         _refuse("lease-ttl", c, f"the lease runs {new['until'] - base}s; the room allows "

@@ -181,6 +181,72 @@ def test_a_waiting_task_is_not_reaped_and_a_completion_renews_its_lease(tmp_path
     assert [x["task"] for x in r.reap_leases()] == [b]
 
 
+def _lease_room(tmp_path):
+    from test_task_lease import Clock
+    from gitdrop import hub as hubmod
+    clock = Clock()
+    h = hubmod.init(str(tmp_path / "hub.git"), fsync=False, clock=clock)
+    r = h.room("lobby")
+    for a, role in (("core/juno", "lead"), ("core/spartan", "coder"), ("core/kai", "coder")):
+        r.register(a, [role])
+    return r, clock, model.DEFAULT_SETTINGS["task_lease"]
+
+
+def test_a_task_waiting_on_one_that_waits_on_a_cancelled_one_is_stuck_not_waiting(tmp_path):
+    """Only a cancelled or failed dependency of its own made a task stuck: one waiting
+    on a task that waits on a cancelled one was held past every reap."""
+    r, clock, lease = _lease_room(tmp_path)
+    a = r.create_task("core/juno", "a")["id"]
+    p = r.create_task("core/juno", "p", after=[a])["id"]
+    b = r.create_task("core/juno", "b", after=[p], assignee="core/kai")["id"]
+    r.move_task("core/juno", a, "cancel", note="not needed after all")
+    clock.t += lease + 100
+    assert r.lease(b)["waiting_on"] == [] and r.lease(b)["expired"] is True
+    assert [x["task"] for x in r.reap_leases()] == [b]
+
+
+def test_a_dependency_completed_without_review_renews_the_waiting_lease(tmp_path):
+    """Only an approval counted: a dependency finished by `complete` (no review, as
+    worker pipelines run) left the waiting task to be reaped the same second."""
+    r, clock, lease = _lease_room(tmp_path)
+    a = r.create_task("core/juno", "a", review=False)["id"]
+    b = r.create_task("core/juno", "b", after=[a], assignee="core/kai")["id"]
+    clock.t += lease + 100
+    r.move_task("core/spartan", a, "claim")
+    r.move_task("core/spartan", a, "start")
+    r.move_task("core/spartan", a, "complete")
+    assert r.task(a)["state"] == "completed"
+    assert r.lease(b)["expired"] is False
+    assert _rule(r.move_task, "core/spartan", b, "reap").rule == "task-lease"
+
+
+def test_what_a_task_waits_on_is_its_creator_s_or_a_lead_s_to_change(team):
+    """Its assignee dropped a dependency to start early, or pointed a task in progress
+    at one nobody would do, holding it past every reap."""
+    a = team.create_task("core/juno", "a")["id"]
+    b = team.create_task("core/juno", "b", after=[a], assignee="core/kai")["id"]
+    e = _rule(team.move_task, "core/kai", b, "edit", after=[])
+    assert e.rule == "task-state-machine" and "waits on" in e.reason
+    team.move_task("core/juno", b, "edit", after=[])
+    assert team.task(b)["after"] == []
+
+
+def test_a_change_of_dependencies_is_judged_only_below_a_reach(team, monkeypatch):
+    """Each edit of `after` walked the whole chain above it: one push of 1,000 edits on
+    a chain of 5,000 tasks held the hook 71 s, and verify twice that."""
+    from gitdrop import deps
+    monkeypatch.setattr(deps, "MAX_REACH", 5)
+    ids = [team.create_task("core/juno", "t0")["id"]]
+    for i in range(1, 9):
+        ids.append(team.create_task("core/juno", f"t{i}", after=[ids[-1]])["id"])
+    extra = team.create_task("core/juno", "extra")["id"]
+    e = _rule(team.move_task, "core/juno", ids[-1], "edit", after=[ids[-2], extra])
+    assert e.rule == "task-dependency" and "more than 5 tasks" in e.reason
+    team.move_task("core/juno", ids[2], "edit", after=[ids[1], extra])   # a short reach
+    text = deps.graph_text(team.graph())
+    assert max(len(ln) - len(ln.lstrip()) for ln in text.splitlines()) <= 2 * deps.INDENT_MOST
+
+
 def test_a_completion_wakes_the_dependents_assignees_and_the_able(team):
     team.register("core/kai", caps=["db"])
     a = team.create_task("core/juno", "a")["id"]

@@ -200,6 +200,31 @@ def test_push_expiry_is_the_hubs_clock_not_the_pushers_date(hub, team, clone):
     push_verdict(hub, c, "lease-conflict")
 
 
+def test_a_lease_the_hub_takes_is_one_verify_takes_again(hub, team, clone):
+    """A lease pushed in a commit dated 25 s back (within clock_skew), running its
+    limit from the hub's clock, was taken, and then refused by verify for good (the
+    room's export could not be imported anywhere): its length was measured from the
+    hub's clock at receipt and from the commit's date after."""
+    s = team.view().settings
+    now = int(time.time())
+    c = clone("core/spartan")
+    c.write("leases/v1.toml", lease_doc("v1", "core/spartan", "src/**",
+                                        now + s["max_lease_ttl"] + 20))
+    date = f"@{now - 25} +0000"
+    git("add", "-A", cwd=c.path)
+    git("commit", "-q", "-m", "spartan takes src/** (dated back)", cwd=c.path,
+        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    push_verdict(hub, c, "lease-ttl", now=now)
+    git("reset", "-q", "--hard", "HEAD~1", cwd=c.path)
+    c.write("leases/v1.toml", lease_doc("v1", "core/spartan", "src/**",
+                                        now - 25 + s["max_lease_ttl"]))
+    git("add", "-A", cwd=c.path)
+    git("commit", "-q", "-m", "spartan takes src/** (dated back, within)", cwd=c.path,
+        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    push_verdict(hub, c, None, now=now)
+    assert [op for _, op in hub.verify("lobby")][-1] == "lease-take"
+
+
 def test_push_release_by_non_holder_refused(hub, team, clone):
     lease = team.take_lease("core/kai", "src/**")
     c = clone("core/spartan")

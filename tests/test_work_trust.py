@@ -48,7 +48,10 @@ def test_a_task_stuck_on_a_cancelled_dependency_is_reaped(hub, team):
     room.move_task("core/spartan", "1", "claim")
     room.create_task("core/spartan", "decoy")                          # 2
     room.move_task("core/spartan", "2", "cancel", note="never mind")
-    room.move_task("core/spartan", "1", "edit", after=["2"])
+    with pytest.raises(Refusal) as e:   # not its assignee's to change any more ...
+        room.move_task("core/spartan", "1", "edit", after=["2"])
+    assert e.value.rule == "task-state-machine"
+    room.move_task("core/juno", "1", "edit", after=["2"])   # ... a lead's mistake, say
     clock[0] += 10 * 86400
     assert room.lease("1")["expired"] and room.lease("1")["waiting_on"] == []
     assert [m["task"] for m in room.reap_leases()] == ["1"]
@@ -142,20 +145,27 @@ def test_a_new_task_at_the_end_of_a_long_chain_is_checked_without_walking_it():
     a push of a chain took hours of the hub's time."""
     from gitdrop import deps
     chain = {str(i): {"after": [str(i - 1)] if i else [], "state": "pending"}
-             for i in range(2000)}
+             for i in range(deps.MAX_REACH - 10)}
+    last = str(deps.MAX_REACH - 11)
     asked = []
 
     def lookup(tid):
         asked.append(tid)
         return chain.get(tid)
-    assert deps.problem(lookup, "2000", ["1999"], [], new=True) == ""
-    assert asked == ["1999"]   # its dependency exists: nothing more to read
+    assert deps.problem(lookup, "5000", [last], [], new=True) == ""
+    assert asked == [last]   # its dependency exists: nothing more to read
     # an edit may close one, and is walked once, each task read once
     asked.clear()
     chain["0"]["after"] = []
-    why = deps.problem(lookup, "0", ["1999"], [])
-    assert why.startswith("the dependencies would make a cycle: 0 → 1999 → 1998")
-    assert len(asked) <= 2001 and len(set(asked)) == len(asked) - 1
+    why = deps.problem(lookup, "0", [last], [])
+    assert why.startswith(f"the dependencies would make a cycle: 0 → {last} → ")
+    assert len(asked) <= len(chain) + 1 and len(set(asked)) == len(asked) - 1
+    # past MAX_REACH tasks up, an edit is refused, not walked to the end
+    for i in range(len(chain), 2 * deps.MAX_REACH):
+        chain[str(i)] = {"after": [str(i - 1)], "state": "pending"}
+    asked.clear()
+    why = deps.problem(lookup, "0", [str(2 * deps.MAX_REACH - 1)], [])
+    assert f"more than {deps.MAX_REACH} tasks" in why and len(asked) <= deps.MAX_REACH + 2
 
 
 def test_a_killed_workers_program_is_ended_before_its_task_runs_again(hub, team, tmp_path):
@@ -211,7 +221,7 @@ def test_the_graph_of_a_chain_deeper_than_the_recursion_limit_is_drawn():
     assert len(g["nodes"]) == n   # all of it is connected to the middle
     text = deps.graph_text(g).splitlines()
     assert len(text) == n and text[0].startswith("#0 ") and text[-1].startswith(
-        "  " * (n - 1) + f"#{n - 1} ")
+        "  " * deps.INDENT_MOST + f"… #{n - 1} ")   # not 6 KB of indent a line
 
 
 def test_a_pushed_idempotency_key_is_judged_like_a_written_one(hub, team, clone):
