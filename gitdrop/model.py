@@ -73,6 +73,7 @@ DEFAULT_SETTINGS = {
     "max_task_lease": 86400, # the longest lease a claim, start or renew may set
     "clock_skew": 30,        # seconds a pushed commit may be dated off the hub clock (below loop_window)
     "max_lease_ttl": 86400,  # seconds a path lease may run (gitdrop lease take --ttl)
+    "max_leases": 200,       # path leases one agent may hold live at once
 }
 
 

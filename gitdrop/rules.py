@@ -1347,6 +1347,16 @@ def _check_lease_take(before, c, changes, ctx, op):
     if new["until"] <= ctx.now:
         _refuse("lease-ttl", c, f"the lease expired at {fmt.stamp(new['until'])}, before "
                 f"the hub received it ({fmt.stamp(ctx.now)})", "take it with a time to live")
+    if ch.old is None:
+        # Each take is checked against every lease in the room, and a teammate's
+        # commit guard matches each path it commits against each: one agent's
+        # 3,000 leases held the hook 65 s and made each guarded commit take 10 s.
+        held = sum(1 for x in before.leases() if x["holder"] == c.author and
+                   x["until"] > ctx.now)
+        if held >= s["max_leases"]:
+            _refuse("lease-limit", c, f"{c.author} holds {held} live path leases; the room "
+                    f"allows {s['max_leases']} an agent", "release those you are done with "
+                    "(gitdrop lease release ID), or take a wider glob")
     other = lease_conflict(before, new, ctx.now)
     if other is not None:
         _refuse("lease-conflict", c, f"{new['glob']} ({new['mode']}) overlaps lease "
@@ -1480,6 +1490,11 @@ def _check_settings(c, room):
                 or v < 0:
             _refuse("format", c, f"setting {k}={v!r} is unknown or not a whole number >= 0",
                     "settings: " + ", ".join(model.DEFAULT_SETTINGS))
+    s = model.settings(room)
+    if s["task_lease"] > s["max_task_lease"]:   # every claim would be refused
+        _refuse("format", c, f"task_lease {s['task_lease']} is longer than max_task_lease "
+                f"{s['max_task_lease']}: no claim could set its lease", "set task_lease "
+                "at most max_task_lease")
 
 
 def room_leads(view) -> list[str]:

@@ -139,6 +139,26 @@ def test_core_release_by_holder_or_lead_only_and_ttl_bounded(team):
     assert e.value.rule == "lease-ttl"
 
 
+def test_an_agent_holds_at_most_max_leases_and_settings_that_stop_every_claim_are_refused(
+        team):
+    """No bound on one agent's path leases: 3,000 of them held the hook 65 s, and every
+    teammate's guarded commit 10 s. And a task_lease past max_task_lease was taken,
+    after which every claim was refused, and `ready --claim` said nothing was ready."""
+    team.update_room("core/juno", "room-settings", "few leases", settings={"max_leases": 3})
+    for i in range(3):
+        team.take_lease("core/kai", f"d{i}/**")
+    with pytest.raises(Refusal) as e:
+        team.take_lease("core/kai", "d3/**")
+    assert e.value.rule == "lease-limit" and "3" in e.value.reason
+    team.take_lease("core/spartan", "d3/**")            # per agent
+    team.release_lease("core/kai", "d0/**")
+    team.take_lease("core/kai", "d4/**")
+    with pytest.raises(Refusal) as e:
+        team.update_room("core/juno", "room-settings", "long leases",
+                         settings={"task_lease": 7200, "max_task_lease": 3600})
+    assert e.value.rule == "format" and "max_task_lease" in e.value.reason
+
+
 # --- raw pushes through the hub's hook ---------------------------------------------
 
 def lease_doc(lid, holder, glob, until, mode="exclusive", taken=0):
