@@ -764,9 +764,14 @@ class Hub:
         sparing pinned rooms. Each act is a commit on the hub branch by hub/reaper.
         First, in every active room, tasks whose claim lease has expired (by the
         hub's clock, whatever `now` says) are reaped by hub/reaper: a `reap` move
-        on the room's branch. `progress(done, total)` hears of each room judged."""
-        reaped = self.reap_tasks()
-        now = self.clock() if now is None else now
+        on the room's branch. `progress(done, total)` hears of each room judged.
+        A `now` ahead of the hub's clock is a dry run: what would be archived and
+        destroyed then, with nothing done (dry_run). Acting on it, a milliseconds
+        timestamp given for seconds destroyed every archive at once."""
+        clock = self.clock()
+        dry = now is not None and now > clock
+        reaped = [] if dry else self.reap_tasks()
+        now = clock if now is None else now
         idle_days = self.config("gitdrop.idleArchiveDays", 0)
         expiry_days = self.config("gitdrop.archiveExpiryDays", 90)
         spared: list[str] = []
@@ -786,7 +791,8 @@ class Hub:
                 if r["pinned"]:
                     spared.append(r["room"])
                     continue
-                act(r["room"], REAPER, why, now)
+                if not dry:
+                    act(r["room"], REAPER, why, now)
                 done.append(r["room"])
             return done
         archived = due("active", idle_days, "last_activity", self._archive,
@@ -794,7 +800,7 @@ class Hub:
         destroyed = due("archived", expiry_days, "archived_at", self._destroy,
                         f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
-                "reaped": reaped,
+                "reaped": reaped, "dry_run": dry,
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
 
     def reap_tasks(self) -> list[dict]:

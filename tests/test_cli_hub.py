@@ -1,12 +1,15 @@
 """The hub's commands through the real `gitdrop` entry point: teams, the lifecycle
 of rooms, reap and verify."""
 
+import time
+
 import pygit2
 import pytest
 
 from cli_helpers import Gitdrop
 from conftest import git
 from gitdrop import fmt, model
+from gitdrop.hub import Hub
 from gitdrop.store import signature
 
 DAY = 86400
@@ -106,16 +109,24 @@ def test_reap_expires_old_archives_but_spares_pinned(gd, hub):
     for name in ("a", "b"):
         hub.create_room("core/juno", name, ["core"])
         hub.room(name).register("core/juno", ["lead"])
-        hub.archive_room(name, "core/juno")
+    then = Hub(hub.path, clock=lambda: int(time.time()) - 31 * DAY)   # archived a month ago
+    for name in ("a", "b"):
+        then.archive_room(name, "core/juno")
     hub.pin_room("b", "core/juno")
+    # a time ahead of the hub's clock is a dry run: what would be done then, nothing done
+    git("--git-dir", hub.path, "config", "gitdrop.archiveExpiryDays", "60")
+    ahead = gd.js("reap", "--now", str(hub.clock() + 30 * DAY))
+    assert ahead["dry_run"] is True and ahead["destroyed"] == ["a"] and ahead["spared"] == ["b"]
+    assert "a" in [r["room"] for r in gd.js("room", "list", "--all")["rooms"]]
+    out = gd.ok("reap", "--now", str(hub.clock() * 1000)).out   # milliseconds, by mistake
+    assert out.startswith("dry run") and "destroy: a" in out
+    assert gd.js("reap")["destroyed"] == []
     git("--git-dir", hub.path, "config", "gitdrop.archiveExpiryDays", "30")
-    soon = gd.js("reap")
-    assert soon["destroyed"] == [] and soon["archived"] == []
-    later = gd.js("reap", "--now", str(hub.clock() + 31 * DAY))
-    assert later["destroyed"] == ["a"]
+    later = gd.js("reap")
+    assert later["destroyed"] == ["a"] and later["dry_run"] is False
     left = [r["room"] for r in gd.js("room", "list", "--all")["rooms"]]
     assert "a" not in left and "b" in left
-    out = gd.ok("reap", "--now", str(hub.clock() + 31 * DAY)).out  # b is pinned: spared
+    out = gd.ok("reap").out  # b is pinned: spared
     assert "archived: none; destroyed: none" in out
 
 

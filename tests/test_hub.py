@@ -364,7 +364,8 @@ def test_archive_keeps_history_readable_and_restore_brings_it_back(h, clock, pro
 def test_idle_archive_is_off_by_default_and_configurable(h, clock, proj):
     clock.advance(365 * DAY)
     assert h.reap() == {"archived": [], "destroyed": [], "spared": [], "now": clock.t,
-                        "reaped": [], "idle_archive_days": 0, "archive_expiry_days": 90}
+                        "reaped": [], "dry_run": False, "idle_archive_days": 0,
+                        "archive_expiry_days": 90}
     assert sorted(r["room"] for r in h.rooms()) == ["lobby", "proj"]
 
     h.store.repo.config["gitdrop.idleArchiveDays"] = "30"

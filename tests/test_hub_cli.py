@@ -52,6 +52,7 @@ def test_teams_and_rooms_from_the_command_line(run, tmp_path):
 
 
 def test_reap_with_a_given_time_and_the_config_keys(run, tmp_path):
+    from gitdrop.hub import Hub
     hub = str(tmp_path / "hub.git")
     run("team", "create", "core", "--lead", "juno", "--as", "core/juno")
     run("room", "create", "old", "--team", "core", "--as", "hub/admin")
@@ -59,14 +60,18 @@ def test_reap_with_a_given_time_and_the_config_keys(run, tmp_path):
     later = created + 400 * DAY
     assert run("reap", "--now", str(later), "--json")["archived"] == []   # off by default
     subprocess.run(["git", "config", "gitdrop.idleArchiveDays", "30"], cwd=hub, check=True)
-    got = run("reap", "--now", str(later), "--json")
+    got = run("reap", "--now", str(later), "--json")   # ahead of the clock: a dry run
     assert sorted(got["archived"]) == ["lobby", "old"] and got["idle_archive_days"] == 30
+    assert got["dry_run"] is True and run("room", "list", "--archived", "--json")["rooms"] == []
+    then = Hub(hub, clock=lambda: created - 40 * DAY)   # as if both were archived then
+    for room in ("lobby", "old"):
+        then.archive_room(room, "hub/admin")
     archived = run("room", "list", "--archived", "--json")["rooms"]
     assert {r["room"] for r in archived} == {"lobby", "old"}
     run("room", "pin", "old", "--as", "core/juno")
     subprocess.run(["git", "config", "gitdrop.archiveExpiryDays", "10"], cwd=hub, check=True)
-    got = run("reap", "--now", str(later + 11 * DAY), "--json")
-    assert got["destroyed"] == ["lobby"] and got["spared"] == ["old"]
+    got = run("reap", "--json")
+    assert got["destroyed"] == ["lobby"] and got["spared"] == ["old"] and not got["dry_run"]
     log = subprocess.run(["git", "log", "--format=%an %s", "hub"], cwd=hub, text=True,
                          capture_output=True, check=True).stdout.splitlines()
     assert log[0] == "hub/reaper room lobby destroyed by reaper (archived over 10 days)"

@@ -283,13 +283,19 @@ def room_import(s: Scope, file: Annotated[str, typer.Argument(
 @command(app, "reap")
 def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
         "--now", metavar="EPOCH",
-        help="Judge ages as of this time (epoch seconds) instead of the clock.",
+        help="Judge ages as of this time (epoch seconds): a time ahead of the hub's clock "
+             "only shows what would be done then (a dry run).",
         show_default=False)] = None):
     """Return tasks whose claim lease expired to pending (in every room, by the hub's
     clock), archive idle rooms (if gitdrop.idleArchiveDays is set) and expire old
     archives (gitdrop.archiveExpiryDays, default 90) unless pinned; each act is committed."""
     with progress("reaping: judging rooms", quiet=s.json, unit="rooms") as step:
         r = s.hub.reap(now, progress=step)
+    if r["dry_run"]:
+        s.emit(r, f"dry run (--now is ahead of the hub's clock; nothing was done): by then "
+                  f"it would archive: {', '.join(r['archived']) or 'none'}; destroy: "
+                  f"{', '.join(r['destroyed']) or 'none'}")
+        return
     tasks = [f"{t['room']}#{t['id']} ({t['state']})" for t in r["reaped"]]
     s.emit(r, f"reaped tasks: {', '.join(tasks) or 'none'}; "
               f"archived: {', '.join(r['archived']) or 'none'}; "
