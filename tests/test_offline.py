@@ -1111,3 +1111,45 @@ def test_a_hub_gone_after_the_last_push_still_says_what_was_sent(served, tmp_pat
     r = h.store.sync()
     assert [e["id"] for e in r["synced"]] == [1] and r["queued"] == []
     assert texts(served.hub) == ["one"]
+
+
+def test_a_write_to_a_room_archived_or_destroyed_on_the_hub_says_so(served, tmp_path):
+    """Both were refused as "team core is not a member of room proj", with the fix
+    to join it: the room looked absent, since sync fetched only the active rooms."""
+    hub = served.hub
+    hub.register_team("core", "core/juno")
+    for name in ("proj", "tmp"):
+        hub.create_room("core/juno", name, ["core"])
+        hub.room(name).register("core/juno", ["lead"])
+    h = client(served, tmp_path)
+    h.room("proj").who()
+    h.room("tmp").who()
+    served.stop()
+    h.room("proj").send("core/juno", "all", "to the archive")
+    h.room("tmp").send("core/juno", "all", "to a destroyed room")
+    hub.archive_room("proj", "core/juno")
+    hub.archive_room("tmp", "core/juno")
+    hub.destroy_room("tmp", "core/juno")
+    served.start()
+    r = h.store.sync()
+    got = {e["ref"].rsplit("/", 1)[1]: e["refused"] for e in r["refused"]}
+    assert got["proj"]["rule"] == "room-archived" and "room restore proj" in got["proj"]["fix"]
+    assert got["tmp"]["rule"] == "room-gone" and "--drop 2" in got["tmp"]["fix"]
+
+
+def test_a_room_the_hub_moved_back_is_said_so(served, tmp_path, capfd):
+    """A hub restored from a backup: the mirror followed it, and a write the client
+    saw accepted vanished from every read without a word."""
+    h = client(served, tmp_path)
+    h.room("lobby").send("core/juno", "core/kai", "one")
+    before = served.hub.store.room_tip("lobby")
+    h.room("lobby").send("core/juno", "core/kai", "two")
+    capfd.readouterr()
+    git("update-ref", "refs/heads/rooms/lobby", before, cwd=served.hub.path)
+    h.store.refresh(force=True)
+    err = capfd.readouterr().err
+    assert "room lobby on" in err and "moved back" in err, err
+    assert texts(h) == ["one"]
+    h.room("lobby").send("core/juno", "core/kai", "three")   # moving on is said nothing of
+    h.store.refresh(force=True)
+    assert "moved back" not in capfd.readouterr().err

@@ -48,8 +48,9 @@ FRESH = float(os.environ.get("GITDROP_REMOTE_FRESH", "1.0"))
 # last), and sync reads them, leaving the mirror's refs (and the queued writes on
 # them, which reads show) alone until each write has landed.
 HUB_TIPS = "refs/gitdrop/tips/"
-SYNC_REFSPECS = (f"+refs/heads/*:{HUB_TIPS}*",)
-REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*", *SYNC_REFSPECS)
+HUB_ARCHIVED = "refs/gitdrop/archived/"   # the hub's archived rooms, as sync fetched them
+SYNC_REFSPECS = (f"+refs/heads/*:{HUB_TIPS}*", f"+refs/archive/*:{HUB_ARCHIVED}*")
+REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/archive/*:refs/archive/*", SYNC_REFSPECS[0])
 # Commits a mirror's ref may hold that no queued write names, walked back at most.
 ADOPT_MOST = 1000
 # A lost push race: retried after a sleep drawn from [0, min(CAP, BASE * 2**n)]
@@ -355,6 +356,11 @@ class RemoteStore(Store):
                               f"{_last_lines(p.stderr)}", "check the URL, your credentials "
                               "and that the hub exists" + _OFFLINE_HINT * (not self.offline))
         self._fetched = time.monotonic()
+        for room in _moved_back(p.stderr):
+            sys.stderr.write(f"gitdrop: room {room} on {public_url(self.url)} moved back or was "
+                             "replaced (restored from a backup, or reset): what it had after "
+                             "that is gone from the hub, and from reads here; a write you saw "
+                             "accepted there may have to be made again\n")
 
     def _push(self, ref: str, new: str) -> tuple[str, str]:
         """Push one ref: "ok"; "stale" (lost a race); "refused" (a rule's verdict on
@@ -694,6 +700,10 @@ class RemoteStore(Store):
             if self._on_hub(entry):
                 self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
                 return "synced"
+            if not tip and entry["parent"] and ref.startswith(model.ROOM_PREFIX) and not any(
+                    e["commit"] == entry["parent"] for e in self.queue.entries()):
+                # built on the room as the hub had it, which it has no longer
+                return self._mark_refused(entry, self._room_gone(entry))
             try:
                 new = self._rebase(entry, tip, self._hub_tip(model.HUB_REF))
             except Refusal as e:
@@ -760,6 +770,20 @@ class RemoteStore(Store):
         except (KeyError, ValueError, pygit2.GitError):
             return False
         return True
+
+    def _room_gone(self, entry: dict) -> Refusal:
+        """A write to a room the hub no longer has (it was judged as one to a room
+        that never was: "team core is not a member of room proj", and told to join)."""
+        room = entry["ref"][len(model.ROOM_PREFIX):]
+        if self.tip(HUB_ARCHIVED + model.ARCHIVE_PREFIX[len("refs/archive/"):] + room):
+            return Refusal("room-archived", f"room {room} is archived on the hub, so write "
+                           f"#{entry['id']} has no room to go to", "ask one of its leads to "
+                           f"restore it (gitdrop room restore {room}, on the hub's machine), "
+                           f"then gitdrop sync --retry {entry['id']}; or gitdrop sync --drop "
+                           f"{entry['id']}")
+        return Refusal("room-gone", f"room {room} is no longer on the hub (destroyed since "
+                       f"write #{entry['id']} was queued)", f"drop it (gitdrop sync --drop "
+                       f"{entry['id']}); a room of that name made again is another room")
 
     def _on_hub(self, entry: dict) -> bool:
         """Whether the queued write is on the hub, as last fetched (as queued, or as
@@ -1057,6 +1081,18 @@ def _make_mirror(path: str, url: str) -> None:
     except OSError:   # another process made it first
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _moved_back(stderr: str) -> list[str]:
+    """The rooms whose hub tip a fetch did not move forward (git: "forced update" of
+    the ref that records it; our own writes never move those back)."""
+    out = []
+    for line in stderr.splitlines():
+        if "(forced update)" in line and " -> " + HUB_TIPS in line:
+            name = line.split(" -> " + HUB_TIPS, 1)[1].split()[0]
+            if name.startswith(model.ROOM_PREFIX[len("refs/heads/"):]):
+                out.append(name[len(model.ROOM_PREFIX) - len("refs/heads/"):])
+    return out
 
 
 def _last_lines(text: str, n: int = 3) -> str:
