@@ -320,3 +320,39 @@ async def test_a_page_stays_under_the_clients_limit_and_misses_nothing(hub, lobb
             assert cut and f"get_shared_context with key='{cut[0]}'" in notes[cut[0]]
             one = await spartan.ok("get_shared_context", key=cut[0])
             assert one["context"] == {cut[0]: BIG}
+
+
+async def test_one_agent_keeps_at_most_its_share_of_sessions(hub, lobby):
+    """Sessions opened with a token were not counted: one agent opened 10,000 (the
+    SDK's cap) and every other agent was refused with 503 for the next 30 minutes.
+    An agent's next session past PER_AGENT ends its oldest."""
+    from gitdrop.mcp import doors
+    spartan = tokens.mint(hub.path, "core/spartan")
+    juno = tokens.mint(hub.path, "core/juno")
+    with served_here(hub.path) as (url, _push, guard), httpx2.Client(timeout=30) as c:
+        own = {**_ACCEPT, "Authorization": f"Bearer {spartan}"}
+        sids = [_open(c, url, own) for _ in range(doors.PER_AGENT + 5)]
+        assert len(guard.of_agent["core/spartan"]) == doors.PER_AGENT
+        r = c.post(url, json=_who(2), headers={**own, "mcp-session-id": sids[0]})
+        assert r.status_code == 404 and f"more than {doors.PER_AGENT}" in r.text, r.text
+        r = c.post(url, json=_who(2), headers={**own, "mcp-session-id": sids[-1]})
+        assert r.status_code == 200, r.text
+        _open(c, url, {**_ACCEPT, "Authorization": f"Bearer {juno}"})   # others unhurt
+        # a body nested past the parser's depth, without a token: the SDK's parse
+        # error, not a 500 and a traceback in the log for each
+        deep = b"[" * 5000 + b"]" * 5000
+        r = c.post(url, content=deep, headers={**_ACCEPT, "content-type": "application/json"})
+        assert 400 <= r.status_code < 500, (r.status_code, r.text[:200])
+
+
+def test_every_loopback_address_is_one_client_for_the_budgets():
+    """A process here may connect from any 127.x.y.z: each got a budget of its own,
+    and 240 agents were registered past the limit in 3 s."""
+    from gitdrop.mcp.tools import Joins
+    from gitdrop.transports.httpd import client_key
+    joins = Joins(burst=2, every=3600)
+    assert joins.take("127.0.0.1", now=0) == 0 and joins.take("127.0.0.2", now=0) == 0
+    assert joins.take("127.9.9.9", now=0) > 0 and joins.take("::1", now=0) > 0
+    assert joins.take("10.0.0.1", now=0) == 0   # another machine: its own
+    assert client_key("2001:db8::1") == client_key("2001:db8::ffff") != client_key("2001:db9::1")
+    assert client_key("::ffff:127.0.0.5") == "loopback"

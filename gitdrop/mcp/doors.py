@@ -21,6 +21,10 @@ import typing
 
 OWNERS_MAX = 20000       # sessions remembered with their agent
 GONE_MAX = 1024          # sessions ended for their token, remembered to say why
+# Sessions one agent keeps open at once; its next initialize ends its oldest. The
+# SDK keeps 10,000 in all, each 30 minutes: one token's holder opened them all, and
+# every other agent was refused (503) until they expired.
+PER_AGENT = 32
 
 
 class Binding(typing.NamedTuple):
@@ -38,10 +42,16 @@ class SessionGuard:
         self.app, self.box = app, box
         self.owners: dict[str, Binding] = {}   # session id -> whose it is
         self.gone: dict[str, tuple] = {}   # session id -> the refusal that ended it
+        self.of_agent: dict[str, dict[str, None]] = {}   # agent -> its sessions, oldest first
 
     def forget(self, sid: str) -> None:
         """The session ended (DELETE, expiry): its binding goes with it."""
-        self.owners.pop(sid, None)
+        bound = self.owners.pop(sid, None)
+        if bound is not None and bound.agent:
+            mine = self.of_agent.get(bound.agent, {})
+            mine.pop(sid, None)
+            if not mine:
+                self.of_agent.pop(bound.agent, None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -66,6 +76,14 @@ class SessionGuard:
                                      f"{self.box.sessions.burst} sessions without a token in a "
                                      "short time", f"wait {max(1, round(wait))}s, or send your "
                                      "token")
+        elif scope.get("method") == "POST" and len(self.of_agent.get(caller.agent, ())) >= \
+                PER_AGENT:
+            receive, opens = await _opens_session(receive)
+            if opens:   # the agent's oldest session makes room for it
+                oldest = next(iter(self.of_agent[caller.agent]))
+                await self._end(scope, oldest, (404, f"this session was ended: "
+                                f"{caller.agent} opened more than {PER_AGENT} sessions, and "
+                                "the oldest goes first", "open a new session (initialize)"))
         binding = Binding(caller.agent, caller.token if caller.agent else "", peer)
 
         async def noted(message):
@@ -79,8 +97,10 @@ class SessionGuard:
     def _bind(self, sid: str, binding: Binding) -> None:
         if len(self.owners) >= OWNERS_MAX:   # the oldest go first
             for old in list(self.owners)[:OWNERS_MAX // 10]:
-                del self.owners[old]
+                self.forget(old)
         self.owners[sid] = binding
+        if binding.agent:
+            self.of_agent.setdefault(binding.agent, {})[sid] = None
 
     async def _in_session(self, scope, receive, send, sid: str, caller):
         """A request on an open session: served if it comes from the session's own."""
@@ -96,7 +116,7 @@ class SessionGuard:
                 await self._end(scope, sid, (status, why, fix))
             return await _refuse(send, status, why, fix)
         if not bound.agent and caller.agent:   # registered on it: now bound to the token
-            self.owners[sid] = Binding(caller.agent, caller.token, bound.peer)
+            self._bind(sid, Binding(caller.agent, caller.token, bound.peer))
         # The session's binding as it is when each piece goes out: a GET stream opened
         # before the session's register carries its agent's news after it.
         return await self.app(scope, receive, self._watched(send, lambda: self.owners.get(sid)))
@@ -183,7 +203,7 @@ async def _opens_session(receive):
         more = message.get("more_body", False)
     try:
         request = json.loads(b"".join(m.get("body", b"") for m in got)) if not more else None
-    except ValueError:
+    except (ValueError, RecursionError):   # nested past the parser's depth: not one
         request = None
     opens = any(isinstance(r, dict) and r.get("method") == "initialize"
                 for r in (request if isinstance(request, list) else [request]))

@@ -62,6 +62,8 @@ class Joins:
         """0 (and one registration counted) if `peer` may register now, else the
         seconds until it may."""
         now = time.monotonic() if now is None else now
+        from ..transports.httpd import client_key
+        peer = client_key(peer)
         with self.lock:
             left, at = self.level.get(peer, (self.burst, now))
             left = min(self.burst, left + (now - at) / self.every)

@@ -359,6 +359,23 @@ class _Handler(WSGIRequestHandler):
             super().log_message(fmt, *args)
 
 
+def client_key(peer: str) -> str:
+    """Whom a per-address budget counts `peer` as: every loopback address is one
+    client (a process here may connect from any 127.x.y.z, and took a fresh budget
+    from each), and an IPv6 client is its /64 (one host holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(peer.strip("[]").split("%")[0])
+    except ValueError:
+        return peer
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 def is_local(host: str) -> bool:
     """Whether an address to bind is reachable from this machine only (loopback).
     A name counts as local when every address it resolves to is loopback."""
