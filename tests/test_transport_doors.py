@@ -277,6 +277,47 @@ def test_connections_that_trickle_their_headers_do_not_hold_the_server(http_hub,
         srv.server_close()
 
 
+def test_one_address_of_another_machine_holds_few_connections_before_its_headers(http_hub):
+    """64 silent sockets from one address held every slot before any login, and a
+    logged-in fetch waited 20 s. Past UNHEARD, such an address's next connection is
+    closed at once. (The server sees these as coming from another machine: a test
+    server listens on 127.0.0.1 only, so the address accept() returns is rewritten.)"""
+    h, secret = http_hub
+    srv = _serve(h.path, connections=16, header_wait=30.0)
+    accept = srv.get_request
+    srv.get_request = lambda: (lambda sock_addr: (sock_addr[0], ("198.51.100.7",
+                                                                 sock_addr[1][1])))(accept())
+    silent = []
+    try:
+        for _ in range(httpd.UNHEARD):
+            silent.append(socket.create_connection(("127.0.0.1", srv.server_port), 5))
+        time.sleep(0.5)
+        extra = socket.create_connection(("127.0.0.1", srv.server_port), 5)
+        extra.settimeout(5)
+        try:   # closed at once, not held for the header wait
+            assert extra.recv(1) == b""
+        except ConnectionResetError:
+            pass
+        finally:
+            extra.close()
+        start = time.monotonic()   # the address's own next request, with its headers
+        got = _request(srv.server_port, b"GET /hub.git/info/refs?service=git-upload-pack "
+                       b"HTTP/1.1\r\nHost: 127.0.0.1\r\n" + _auth(secret) +
+                       b"Connection: close\r\n\r\n")
+        assert got == b"" or time.monotonic() - start < 5   # refused at once, or served
+        silent.pop().close()   # one of the silent ones gone: room for one more
+        time.sleep(0.5)
+        got = _request(srv.server_port, b"GET /hub.git/info/refs?service=git-upload-pack "
+                       b"HTTP/1.1\r\nHost: 127.0.0.1\r\n" + _auth(secret) +
+                       b"Connection: close\r\n\r\n")
+        assert got.startswith(b"HTTP/1.0 200") or got.startswith(b"HTTP/1.1 200"), got[:200]
+    finally:
+        for s in silent:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_body_that_trickles_is_cut(http_hub):
     """Whole headers, then a body of a byte now and then (each read well within the
     idle timeout): cut once it comes at under the minimum pace, with a 400."""

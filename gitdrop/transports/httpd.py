@@ -298,6 +298,10 @@ def _plain(start_response, status, text, extra=()):
 IDLE = 60.0       # seconds a connection may stay silent (reading or writing) before it is closed
 HEADER_WAIT = 30.0   # seconds a connection has to send its whole request line and headers
 CONNECTIONS = 64  # connections served at once; the next ones wait to be accepted
+# Connections one client of another machine (client_key) may hold before its
+# request's headers are in, before any login: 64 silent sockets from one address
+# held every slot, and a logged-in fetch waited 20 s. Past it one is closed at once.
+UNHEARD = 8
 
 
 class Server(ThreadingMixIn, WSGIServer):
@@ -311,17 +315,34 @@ class Server(ThreadingMixIn, WSGIServer):
     def process_request(self, request, client_address):
         if not hasattr(self, "_slots"):
             self._slots = threading.BoundedSemaphore(self.connections)
+            self._unheard, self._guard = {}, threading.Lock()
+        key = client_key(client_address[0])
+        with self._guard:
+            # not this machine's: its agents share one address, and its own users
+            # can stall a local server in other ways anyway (the MCP door does so too)
+            if key != "loopback" and sum(1 for k in self._unheard.values()
+                                         if k == key) >= UNHEARD:
+                self.shutdown_request(request)   # closed: its address has enough waiting
+                return
+            self._unheard[request] = key
         self._slots.acquire()   # the accept loop waits here: the rest queue in the backlog
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
+            self.heard(request)
             raise
+
+    def heard(self, request) -> None:
+        """The connection has sent its request's headers, or is gone."""
+        with self._guard:
+            self._unheard.pop(request, None)
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.heard(request)
             self._slots.release()
 
 
@@ -338,6 +359,11 @@ class _Handler(WSGIRequestHandler):
         self._cut.daemon = True
         self._cut.start()
 
+    def _heard(self):
+        heard = getattr(self.server, "heard", None)
+        if heard is not None:
+            heard(self.request)
+
     def _too_slow(self):
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -349,9 +375,11 @@ class _Handler(WSGIRequestHandler):
             return super().parse_request()   # the request line and headers are read
         finally:
             self._cut.cancel()
+            self._heard()
 
     def finish(self):
         self._cut.cancel()
+        self._heard()
         super().finish()
 
     def log_message(self, fmt, *args):
