@@ -295,6 +295,7 @@ class Notifier:
         self._seen_remote: dict[str, str] = {}
         self.interval = poll[0]
         self.scans = 0
+        self._said_gone: set = set()   # rooms whose absence was said (said once)
 
     def describe(self) -> str:
         if self.remote:
@@ -468,6 +469,22 @@ class Notifier:
                 raise failed
             return len(deliveries)
 
+    def _say_gone(self, room: str) -> None:
+        """Say once, where it is sure, why nothing can come for a room: the hub is
+        gone (deleted, moved) or the room was archived. Watchers waited in silence."""
+        if self.remote or room in self._said_gone:
+            return
+        if not os.path.isdir(os.path.join(self.git_dir, "objects")):
+            why = f"the hub at {self.shown} is gone (deleted or moved)"
+        elif self.store.tip(model.ARCHIVE_PREFIX + room):
+            why = f"room {room} was archived (gitdrop room restore {room} brings it back)"
+        else:
+            return   # destroyed, or packed-refs read while it was rewritten
+        self._said_gone.add(room)
+        sys.stderr.write(f"gitdrop: nothing can arrive from room {room}: {why}; still "
+                         "watching, in case it comes back\n")
+        sys.stderr.flush()
+
     def _behind(self, tip: str, bases) -> bool:
         """Whether one of `bases` is an ancestor of `tip` (its ref moved on, not rewritten)."""
         return any(self._descends(tip, base) for base in bases)
@@ -486,7 +503,9 @@ class Notifier:
         reader = self.store.reader
         tip = self._tip(room)
         if not tip:  # archived, or read mid-rewrite of packed-refs: keep the bases
+            self._say_gone(room)
             return []
+        self._said_gone.discard(room)
         pending = [g for base, g in groups.items() if base != tip]
         if not pending:
             return []

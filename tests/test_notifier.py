@@ -254,6 +254,20 @@ def test_watch_text_lines_through_the_command(hub, team, procs):
     assert p.finish()[0] == 0
 
 
+def test_watch_says_when_nothing_can_come_any_more(hub, team, procs, tmp_path):
+    """A room archived, or the hub deleted: watch and wait went on in silence."""
+    p = procs("watch", "--hub", hub.path, "--room", "lobby", "--as", "kai", cli=True)
+    p.ready("streaming events")
+    hub.archive_room("lobby", "hub/admin")
+    assert "room lobby was archived" in p.ready("nothing can arrive from room lobby")
+    hub.restore_room("lobby", "hub/admin")
+    team.send("juno", "all", "back again")
+    assert p.line()[1].endswith("juno: back again")
+    import shutil
+    shutil.move(hub.path, str(tmp_path / "elsewhere.git"))
+    assert "is gone" in p.ready("nothing can arrive from room lobby")
+
+
 # --- the in-process API ----------------------------------------------------------
 def test_subscribe_batches_per_agent_from_a_background_thread(hub, team):
     got = {"spartan": [], "kai": []}
