@@ -946,6 +946,7 @@ class _MirrorLock:
             if s._lockf is None:
                 s._mutex.release()
                 return False
+            s.queue.held = True
         s._depth += 1
         self.got = True
         return True
@@ -956,6 +957,8 @@ class _MirrorLock:
         s = self.s
         s._depth -= 1
         if s._depth == 0:
+            s.queue.held = False
+            s.queue.forget()
             os.close(s._lockf)   # closing releases the flock
             s._lockf = None
         s._mutex.release()
