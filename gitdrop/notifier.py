@@ -679,7 +679,7 @@ def _alert(w: dict, as_json: bool) -> str:
     w = dict(w, tasks=_sorted_ids(w["tasks"]), reviews=_sorted_ids(w["reviews"]),
              ready=_sorted_ids(w.get("ready", [])))
     summary = summarize(w)
-    step = "gitdrop inbox" if _has_work(dict(w, ready=[])) else "gitdrop ready --claim"
+    step = _next_step(w)
     line = (f"gitdrop: work waiting for {w['agent']} in {w['room']}: {summary} "
             f"(next: {step})")
     if not as_json:
@@ -688,6 +688,20 @@ def _alert(w: dict, as_json: bool) -> str:
                           "room": w["room"], "tip": w["tip"], "unread": len(w["unread"]),
                           "events": w["unread"], "tasks": w["tasks"], "reviews": w["reviews"],
                           "handshakes": w["handshakes"], "ready": w["ready"]})
+
+
+def _next_step(w: dict) -> str:
+    """The command that acts on the first of what waits. "gitdrop inbox" whatever
+    waited: with the inbox read and a task left, an agent that followed it woke,
+    read nothing, and was told the same again, for ever."""
+    if w["unread"]:
+        return "gitdrop inbox"
+    for what in ("tasks", "reviews"):
+        if w[what]:
+            return f"gitdrop task show {w[what][0]}"
+    if w["handshakes"]:
+        return f"gitdrop handshake status {w['handshakes'][0]}"
+    return "gitdrop ready --claim"
 
 
 def _has_work(w: dict) -> bool:

@@ -223,6 +223,19 @@ def test_wait_json_says_it_timed_out_in_one_document(gd, team):
 
 # --- progress on long work -----------------------------------------------------------
 
+def test_who_never_cuts_an_agent_s_name_on_a_narrow_terminal(gd, team):
+    """At 80 columns the agent column was cut to "default/n…": two agents read as one."""
+    for name in ("default/nobody", "default/nobody2"):
+        team.register(name, caps=["python", "sql", "frontend"])
+        team.set_status(name, "working on a rather long piece of the payment service")
+    rc, out, err = on_terminal(gd, "who", cols=80)
+    assert rc == 0, (out, err)
+    lines = [ln for ln in out.splitlines() if "default/nobody" in ln]
+    assert len(lines) == 2 and "default/nobody " in lines[0] and "default/nobody2 " in \
+        lines[1], out
+    assert "healthy" in out and "claimed" in out and "done" in out, out   # short: whole
+
+
 def test_status_takes_a_short_name_as_every_command_does(gd, team):
     """`--as juno status` said juno was not registered: it compared the name as given."""
     team.set_status("core/juno", "reviewing")

@@ -414,3 +414,16 @@ def test_the_notifier_wakes_whoever_can_take_a_task_that_became_ready(hub, team)
     n.scan()
     assert [(e["op"], e["id"]) for e in got["kai"]] == [("task-complete", done["commit"])]
     assert [e["op"] for e in got["juno"]] == ["task-complete"]   # the creator is told too
+
+
+def test_a_claim_hint_keeps_the_agent_and_names_the_step_for_the_state(hub, team):
+    """`ready --claim` of a task already in progress said `next: gitdrop task start 3`
+    (refused); and a hint without the --as it was given acted as the environment's
+    agent when pasted."""
+    a = team.create_task("core/juno", "in progress", assignee="core/kai")["id"]
+    team.move_task("core/kai", a, "start")
+    env = dict(os.environ, GITDROP_HUB=hub.path, GITDROP_ROOM="lobby", GITDROP_AGENT="core/juno")
+    p = subprocess.run([sys.executable, "-m", "gitdrop.cli.main", "--as", "kai", "ready",
+                        "--claim"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.splitlines()[-1] == \
+        f"next: gitdrop --as kai task submit {a}", p.stdout + p.stderr

@@ -183,6 +183,16 @@ def test_wait_wakes_on_raw_git_push_message_and_task(hub, team, procs, clone):
     assert out[0].endswith(": task 7 assigned to you (next: gitdrop inbox)")
 
 
+def test_wait_names_the_step_for_what_waits_not_the_inbox_it_already_read(hub, team, procs):
+    """With the inbox read and a task left, wait kept saying "next: gitdrop inbox": an
+    agent following it woke, read nothing, and was told the same again, for ever."""
+    team.create_task("juno", "parser", assignee="spartan")
+    team.inbox("spartan")
+    p = procs(*wait_args(hub, "spartan", "--timeout", "30"), cli=True)
+    rc, out = p.finish()
+    assert rc == 0 and out[0].endswith(": task 1 assigned to you (next: gitdrop task show 1)")
+
+
 def test_wait_for_a_lead_reports_reviews_and_handshakes(hub, team, procs):
     team.create_task("juno", "review me", assignee="spartan")
     team.move_task("spartan", 1, "start")

@@ -108,10 +108,11 @@ def who(s: Scope, limit: Limit = PAGE, offset: Offset = 0):
         rows = [(a["agent"], ", ".join(a["roles"])) + ((", ".join(a["caps"]) or "-",) * caps)
                 + (a["status"][:40],
                    (a["health"], {"healthy": "green", "stale": "yellow"}.get(a["health"], "red")),
-                   ago(a["last_act"]), ", ".join(a["tasks"]) or "-", a["last_claimed"] or "-",
-                   a["last_completed"] or "-") for a in agents]
+                   ago(a["last_act"]), ", ".join(a["tasks"]) or "-",
+                   f"#{a['last_claimed']}" if a["last_claimed"] else "-",
+                   f"#{a['last_completed']}" if a["last_completed"] else "-") for a in agents]
         table(["agent", "roles"] + ["caps"] * caps + ["status", "health", "last act", "holds",
-                                                      "claimed", "completed"], rows)
+                                                      "claimed", "done"], rows)
         more = _more_line(r, "gitdrop who")
         if more:
             print(more)
@@ -160,7 +161,7 @@ def status(s: Scope, text: Annotated[Optional[str], typer.Argument(
                   f"{ago(oldest)}" + (" (the hub is unreachable now)" if doc["offline"] else ""))
             for e in queue:
                 print("  " + entry_line(e))
-            print("next: gitdrop sync")
+            print(f"next: {s.again('sync')}")
     s.emit(doc, show)
 
 

@@ -171,11 +171,26 @@ class Scope:
         self.hub_option = hub or ""   # --hub as given, without the environment's
         self.room_name = room or os.environ.get("GITDROP_ROOM") or "lobby"
         self.agent_value = agent or os.environ.get("GITDROP_AGENT") or ""
+        self.agent_option = agent or ""   # --as as given
         self.json = as_json
         # An idempotency key for this invocation's write: a retried command with the
         # same key is applied once (see Gitdrop-Id in docs/PROTOCOL.md).
         self.key = os.environ.get("GITDROP_KEY", "")
         self._hub = None
+
+    def again(self, args: str, room: str = "") -> str:
+        """A gitdrop command line to run next, with the --hub and --as this one was
+        given (pasted without them, a hint acted as the environment's agent, or on
+        the default hub); `room` when it is not where the environment points."""
+        import shlex
+        parts = ["gitdrop"]
+        if self.hub_option:
+            parts += ["--hub", shlex.quote(self.hub_option)]
+        if room and room != (os.environ.get("GITDROP_ROOM") or "lobby"):
+            parts += ["--room", shlex.quote(room)]
+        if self.agent_option:
+            parts += ["--as", shlex.quote(self.agent_option)]
+        return " ".join(parts + [args])
 
     # --- where ------------------------------------------------------------------
     @property
@@ -317,6 +332,7 @@ def merged(ctx, **given) -> Scope:
     s = Scope(given.get("hub") or top.hub_value, given.get("room") or top.room_name,
               given.get("as_") or top.agent_value, bool(given.get("json_")) or top.json)
     s.hub_option = given.get("hub") or top.hub_option
+    s.agent_option = given.get("as_") or top.agent_option
     return s
 
 
@@ -506,12 +522,24 @@ def table(columns, rows, title: str = "") -> None:
     from rich.table import Table
     from rich.text import Text
     t = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
-    for col in columns:
-        t.add_column(col, overflow="fold" if col in ("title", "subject", "text") else "ellipsis")
-    for row in rows:
-        t.add_row(*[Text(fmt.shown(str(c[0])), style=c[1]) if isinstance(c, tuple)
-                    else Text(fmt.shown(str(c))) for c in row])
+    cells = [[Text(fmt.shown(str(c[0])), style=c[1]) if isinstance(c, tuple)
+              else Text(fmt.shown(str(c))) for c in row] for row in rows]
+    for i, col in enumerate(columns):
+        widest = max([len(col)] + [r[i].cell_len for r in cells if i < len(r)])
+        if i == 0 or col in NEVER_CUT or widest <= SHORT:
+            # what a row is about is never cut ("core/spar…" twice read as one agent),
+            # nor a short column: the long ones (a status, a list) give way
+            t.add_column(col, no_wrap=True, min_width=widest)
+        else:
+            t.add_column(col, overflow="fold" if col in ("title", "subject", "text")
+                         else "ellipsis")
+    for row in cells:
+        t.add_row(*row)
     console(highlight=False, soft_wrap=False).print(t)
+
+
+NEVER_CUT = ("agent", "assignee", "holder", "id", "room", "from")
+SHORT = 9   # a column no wider than this (a health, an age, an id) is shown whole
 
 
 def read_text(text: str | None, path: str | None, what: str) -> str:

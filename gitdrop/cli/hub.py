@@ -66,7 +66,7 @@ def room_create(s: Scope,
     r = s.hub.create_room(s.agent_value or "hub/admin", name, split_list(team), open_=open_)
     s.emit(r, f"room {name} created" + (f" for {', '.join(r['teams'])}" if r["teams"] else "")
            + (" (open to all teams)" if r["open"] else "")
-           + f"\nnext: gitdrop --room {name} register team/name")
+           + f"\nnext: {s.again('register team/name', name)}")
 
 
 @command(room_app, "list")
@@ -275,7 +275,7 @@ def room_import(s: Scope, file: Annotated[str, typer.Argument(
               + ("added to its history" if r["extended"] else "checked and accepted")
               + (f", moved to the current layout ({short_id(r['layout_moved'])})"
                  if r["layout_moved"] else "")
-              + f"{teams}\nnext: gitdrop verify {r['room']}")
+              + f"{teams}\nnext: {s.again('verify ' + r['room'])}")
 
 
 # --- upkeep -----------------------------------------------------------------------

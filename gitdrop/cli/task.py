@@ -138,9 +138,15 @@ def ready(s: Scope,
         if not r["task"]:
             s.emit(r, f"nothing is ready for {s.agent} in {s.room_name}")
             return
-        s.emit(r, (f"claimed task {r['task']}: {r['title']} [{short_id(r['commit'])}]"
-                   if r["claimed"] else f"task {r['task']} is already yours ({r['state']}): "
-                   f"{r['title']}") + f"\nnext: gitdrop task start {r['task']}")
+        tid = r["task"]
+        if r["state"] == "in_progress":   # started already: what ends it is next
+            step = s.again(f"task {'submit' if s.room.task(tid)['review'] else 'complete'} "
+                           f"{tid}", s.room_name)
+        else:
+            step = s.again(f"task start {tid}", s.room_name)
+        s.emit(r, (f"claimed task {tid}: {r['title']} [{short_id(r['commit'])}]"
+                   if r["claimed"] else f"task {tid} is already yours ({r['state']}): "
+                   f"{r['title']}") + f"\nnext: {step}")
         return
     tasks = s.room.ready(s.agent, tag=tag, limit=limit)
 
