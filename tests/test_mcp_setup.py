@@ -77,6 +77,19 @@ def test_install_writes_the_client_config_and_starts_the_server(where, hub, clie
     assert doc["tools"] == mcp_tools.tools_for("agent")
 
 
+def test_install_refuses_a_short_name_nobody_has(where, hub):
+    """`--as nobody` (a typo) wrote a config for an agent that did not exist; its first
+    register then made default/nobody, in a team of its own."""
+    g, home, project = where
+    doc = g.refused(2, "usage", "mcp", "install", "--client", "claude-code", "--as", "nobdy",
+                    "--no-check", cwd=project)
+    assert "team/name" in doc["fix"]
+    assert not os.path.exists(config_of("claude-code", home, project))
+    r = g("mcp", "install", "--client", "claude-code", "--as", "core/newbie", "--no-check",
+          cwd=project)   # a full name registers on its first call: said, and written
+    assert r.rc == 0 and "not registered in lobby yet" in r.err, r
+
+
 def test_install_keeps_the_other_servers_and_settings(where, hub):
     g, home, project = where
     mcp_json = project / ".mcp.json"

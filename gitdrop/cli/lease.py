@@ -87,8 +87,10 @@ def guard_install(s, repo: Annotated[Optional[str], typer.Option(
                       s.agent_value, force)
 
     def show():
-        print(f"guard installed in {r['repo']} for room {r['room']} as "
-              f"{r['agent'] or paint('nobody (set GITDROP_AGENT)', 'yellow')}")
+        who = r["agent"] or paint("the agent GITDROP_AGENT names at each commit (none is "
+                                  "set here now: set it, or install again with --as "
+                                  "team/name)", "yellow")
+        print(f"guard installed in {r['repo']} for room {r['room']} as {who}")
         if not r["fetched"]:
             print(paint(f"could not fetch the room from {r['hub']}; the hooks will try again",
                         "yellow"))

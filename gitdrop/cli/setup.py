@@ -350,7 +350,15 @@ def mcp_install(s: Scope, client: ClientOpt,
         try:
             agent = room.resolve(agent)  # the full name, so the entry means one agent
         except NotFound:
-            pass  # not registered yet: its first call, register, says its team
+            # A typo got a config for nobody, whose first register then made
+            # default/<typo> in a team of its own.
+            raise UsageError(f"{agent!r} is not registered in room {s.room_name!r}, and a "
+                             "short name does not say its team", "give the full name "
+                             "(--as team/name: it registers on its first call), or check "
+                             "gitdrop who") from None
+    elif agent and room.view().agent(agent) is None:
+        s.note(f"{agent} is not registered in {s.room_name} yet: its first call, register, "
+               "adds it")
     entry = make_entry(spec, hub, s.room_name, agent, tools.value)
     text = _read(path)
     merge = merge_toml if spec.toml else merge_json
@@ -365,6 +373,7 @@ def mcp_install(s: Scope, client: ClientOpt,
         s.emit(dict(doc, written=False), snippet.rstrip("\n"))
         return
     if not no_check:
+        s.note(f"checking: starting the server as {spec.title} will (a few seconds) ...")
         tools_found = probe(entry, folder)
         doc["check"] = {"ok": True, "tools": len(tools_found)}
         s.note(f"checked: {_show(entry)} started as {spec.title} will start it, "
@@ -395,6 +404,7 @@ def mcp_check(s: Scope, client: ClientOpt, scope: ScopeOpt = None, name: NameOpt
     """Start the server of an MCP client's config as the client would, and list its tools."""
     spec, scope_name, folder, path = _where(client, scope, project)
     entry = read_entry(spec, path, name)
+    s.note(f"checking: starting the server as {spec.title} will (a few seconds) ...")
     found = probe(entry, folder)
     s.emit({"client": client.value, "scope": scope_name, "path": path, "name": name,
             "entry": entry, "check": {"ok": True, "tools": len(found)}, "tools": found},
