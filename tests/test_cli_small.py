@@ -236,6 +236,26 @@ def test_who_never_cuts_an_agent_s_name_on_a_narrow_terminal(gd, team):
     assert "healthy" in out and "claimed" in out and "done" in out, out   # short: whole
 
 
+def test_ctrl_c_stops_a_server_quietly(gd, team):
+    """Ctrl-C, how a server is stopped, printed a red 'stopped before it finished', a
+    word on the offline queue and 'may or may not be on the hub', and exit 130."""
+    import signal
+    from cli_helpers import ENTRY
+    p = subprocess.Popen([*ENTRY, "serve", "--transport", "http", "--port", "0"],
+                         env=gd.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        assert "127.0.0.1" in line, line
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and "stopped" in err and "queue" not in err, (p.returncode, err)
+
+
 def test_status_takes_a_short_name_as_every_command_does(gd, team):
     """`--as juno status` said juno was not registered: it compared the name as given."""
     team.set_status("core/juno", "reviewing")

@@ -5,6 +5,7 @@ only when the command runs: `import mcp` alone costs most of a second.
 """
 
 import enum
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -66,8 +67,15 @@ def serve(s: Scope,
     # a git URL goes through as it is: the server writes through the remote hub
     from ..transports.remote import is_url
     hub = s.hub_value if is_url(s.hub_value) else s.hub.path
-    run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value,
-        registration.value if registration else None)
+    if transport is Transport.stdio and sys.stdin.isatty():   # a person, not a client
+        s.note(f"gitdrop: the MCP server for {s.agent_value or 'an agent that registers'} in "
+               f"{s.room_name}, on stdin/stdout: an MCP client starts it and talks JSON-RPC "
+               "here (gitdrop mcp install writes a client's config); Ctrl-C stops it")
+    try:
+        run(hub, s.room_name, s.agent_value, transport.value, host, port, tools.value,
+            registration.value if registration else None)
+    except KeyboardInterrupt:   # Ctrl-C, or the client's SIGTERM: how a server stops
+        s.note("gitdrop: the MCP server stopped")
 
 
 @command(app, "token")
