@@ -364,7 +364,12 @@ class Room:
             return ({view.agent_path(target): None},
                     self._msg(f"{model.short(target)} left {self.name}", "", "deregister"),
                     {"agent": target})
-        return self._write(agent, build)
+        r = self._write(agent, build)
+        # What it still holds: anyone may reap those now (its lease ends as it leaves);
+        # said, since a lead could neither assign nor release them.
+        r["held"] = [str(t["id"]) for t in self.list_tasks(assignee=target)
+                     if t["state"] not in ("pending", "review")]
+        return r
 
     @combinable(prepared=True)
     def _update_agent(self, agent, op, subject, **fields):
@@ -907,7 +912,9 @@ class Room:
         the page's tasks are copied and given their dependencies."""
         offset, limit = count_arg("offset", offset), count_arg("limit", limit)
         view = self.view()
-        if assignee and assignee != "none":
+        if assignee and assignee != "none" and not ("/" in assignee and
+                                                    model.is_agent_id(assignee)):
+            # a full name as it is: the tasks an agent that left still holds are listed
             assignee = self.resolve(assignee, view)
         caps = self._caps(view, able) if able else None
         headers = self._headers(view)

@@ -1175,6 +1175,8 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
     if move == "reap":
         if ctx.now is None:
             return   # re-validating history: whether it had expired was the hub's call
+        if old["assignee"] and before.agent(old["assignee"]) is None:
+            return   # its holder left the room: nobody will finish it, or renew it
         waiting = deps.lease_waits_on(deps.lookup(before), old)
         if waiting:
             _refuse("task-lease", c, f"task {tid} waits on {', '.join(waiting)}; its lease "

@@ -227,3 +227,23 @@ def test_a_killed_worker_s_task_is_reaped_and_done_by_another(hub, team):
     team.move_task("core/juno", t, "approve")
     got = team.task(t)
     assert (got["state"], got["assignee"], got["retries"]) == ("completed", "core/kai", 1)
+
+
+def test_the_tasks_of_an_agent_that_left_are_listed_and_reaped_at_once(room, clock):
+    """An agent left holding a task in progress: the lead could not assign it, release
+    it ("only core/spartan can"), reap it (half an hour to wait), or even list it by its
+    assignee ("not registered")."""
+    t = room.create_task("core/juno", "half done")["id"]
+    room.move_task("core/spartan", t, "claim")
+    room.move_task("core/spartan", t, "start")
+    r = room.deregister("core/spartan")
+    assert r["held"] == [t]
+    assert [x["id"] for x in room.list_tasks(assignee="core/spartan")] == [t]
+    got = room.move_task("core/kai", t, "reap")   # at once: its holder is gone
+    assert got["state"] == "pending" and room.task(t)["assignee"] == ""
+    # one held by an agent still here is not: its lease runs as before
+    u = room.create_task("core/juno", "mine")["id"]
+    room.move_task("core/kai", u, "claim")
+    with pytest.raises(Refusal) as e:
+        room.move_task("core/juno", u, "reap")
+    assert e.value.rule == "task-lease"

@@ -74,7 +74,11 @@ def deregister(s: Scope, name: Annotated[Optional[str], typer.Argument(
         help="Who leaves (a lead may remove others). Default: you.", show_default=False)] = None):
     """Leave the room (your messages stay in its history)."""
     r = s.room.deregister(s.agent, name or "")
-    s.emit(r, f"{r['agent']} left {s.room_name}")
+    held = r.get("held") or []
+    s.emit(r, f"{r['agent']} left {s.room_name}" + (
+        f"\nit still holds task{'s' * (len(held) > 1)} {', '.join(held)}: anyone may reap "
+        f"{'them' if len(held) > 1 else 'it'} now, back to pending ({s.again('task reap ' + held[0])})"
+        if held else ""))
 
 
 PAGE = 100   # agents `who` and `room show` list at a time
