@@ -59,7 +59,8 @@ def by_short_name(name: str, ids) -> str:
     found = sorted({i for i in ids if model.short(i) == name})
     if len(found) > 1:
         raise Ambiguous(f"AMBIGUOUS: {name!r} matches {', '.join(found)}.",
-                        "Use full name (team/agent).")
+                        f"Use full name (team/agent): {' or '.join(found[:4])}"
+                        + (", ..." if len(found) > 4 else ""))
     return found[0] if found else ""
 
 

@@ -88,11 +88,27 @@ def move_to(task: dict, status: str) -> str:
     return ""
 
 
-def legal_moves(state: str) -> str:
-    """What may happen next to a task in `state`, in words (for refusals)."""
-    legal = [f"{m} (→ {to})" for m, (frm, to, _w, _f) in MOVES.items() if state in frm]
-    return "from " + state + " the legal moves are: " + ", ".join(legal) if legal else \
-        f"{state} is final; create a new task instead"
+def legal_moves(state: str, task: dict | None = None, roles=None) -> str:
+    """What may happen next to a task in `state`, in words (for refusals): with the
+    task, only the ends its review setting allows; with `roles` (what the caller is
+    to it: assignee, creator, lead, reviewer, member), only the moves it may make."""
+    legal = []
+    for m, (frm, to, who, _f) in MOVES.items():
+        if state not in frm or to == "same" or m == "sign":
+            continue   # edit, renew, sign: no change of state
+        if task is not None and m == ("complete" if task.get("review", True) else "submit"):
+            continue
+        if roles is not None and (not set(who) & set(roles) or
+                                  (m == "reap" and "assignee" in roles)):
+            continue   # (its assignee gives a task back by release, not reap)
+        legal.append(f"{m} (→ {_SAID.get(to, to)})")
+    if not legal:
+        return f"{state} is final; create a new task instead" if state in TERMINAL else \
+            f"nothing you may do moves it from {state}: ask its assignee, creator or a lead"
+    return f"from {state} you may: " + ", ".join(legal)
+
+
+_SAID = {"reap": "pending, or failed past max_retries", "resume": "where it was"}
 
 
 def table_markdown() -> str:

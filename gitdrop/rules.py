@@ -96,7 +96,7 @@ def infer(before: RoomView, c, changes: list[Change]) -> str:
                 return "task-" + m
         _refuse("task-state-machine", c,
                 f"task {ch.key}: no move goes from {old['state']} to {new['state']}",
-                machine.legal_moves(old["state"]))
+                machine.legal_moves(old["state"], old))
     if ch.kind == "handshake":
         return "handshake-start" if ch.old is None else "handshake-ack"
     if ch.kind == "contract":
@@ -900,7 +900,8 @@ def _check_task_move(before, c, changes, ctx, op):
                     f"{old['assignee']} (it is {old['state']})",
                     "pick another task (gitdrop task list --state pending)")
         _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
-                f"{' or '.join(frm)}", machine.legal_moves(old["state"]))
+                f"{' or '.join(frm)}", machine.legal_moves(old["state"], old,
+                                                           _roles(before, c.author, old)))
     want = machine.target(move, old)
     if new["state"] != want:
         _refuse("task-state-machine", c, f"{move} takes task {tid} from {old['state']} to "
@@ -1195,6 +1196,21 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
             _refuse("task-lease", c, f"the lease runs {new['lease_until'] - base}s; the room "
                     f"allows {s['max_task_lease']}s", f"set lease_until at most "
                     f"{s['max_task_lease']}s ahead (gitdrop task renew ID --for SECONDS)")
+
+
+def _roles(view, author: str, task: dict) -> set:
+    """What `author` is to `task`, as the state machine's table names it (to say
+    which moves it may make; the move's own checks still decide)."""
+    roles = {"member"}
+    if author == task["assignee"]:
+        roles.add("assignee")
+    if author == task["creator"]:
+        roles.add("creator")
+    if view.leads_for(author, task["creator"], task["assignee"]):
+        roles |= {"lead", "reviewer"}
+    if author == task.get("reviewer") and author != task["assignee"]:
+        roles.add("reviewer")
+    return roles
 
 
 def _lease_base(c, ctx) -> int:

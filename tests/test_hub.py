@@ -66,7 +66,7 @@ def test_clashing_short_names_are_ambiguous_full_names_resolve(h, proj):
         proj.resolve("spartan")
     assert "AMBIGUOUS" in e.value.reason
     assert "core/spartan" in e.value.reason and "web/spartan" in e.value.reason
-    assert e.value.fix == "Use full name (team/agent)."
+    assert e.value.fix.startswith("Use full name (team/agent): ") and "/" in e.value.fix
     assert proj.resolve("core/spartan") == "core/spartan"
     assert proj.resolve("web/spartan") == "web/spartan"
     assert proj.resolve("ana") == "web/ana"                 # unique short names resolve

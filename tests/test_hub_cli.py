@@ -41,7 +41,8 @@ def test_teams_and_rooms_from_the_command_line(run, tmp_path):
     for agent in ("core/spartan", "web/spartan"):
         run("--room", "proj", "register", agent)
     p = run("--room", "proj", "send", "spartan", "-m", "hi", "--as", "web/spartan", code=5)
-    assert "AMBIGUOUS" in p.stderr and "Use full name (team/agent)." in p.stderr
+    assert "AMBIGUOUS" in p.stderr and "Use full name (team/agent): core/spartan or web/spartan" \
+        in p.stderr
     show = run("room", "show", "proj", "--json")["room"]
     assert show["teams"] == ["core", "web"]
     assert show["leads"] == {"core": "core/juno", "web": "web/ana"}

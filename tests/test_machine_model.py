@@ -204,3 +204,19 @@ def test_the_toml_subset_reads_back_what_it_writes(data):
     read of the TOML subset unchanged."""
     from gitdrop import fmt
     assert fmt.loads_toml(fmt.dumps_toml(data)) == data
+
+
+def test_a_refused_move_names_the_moves_its_caller_may_make(team):
+    """The fix listed every move from the state, one line of 258 characters with
+    'reap (→ reap)', complete for a task that needs review, and reap and cancel for
+    an assignee who could make neither."""
+    import pytest
+    from gitdrop.errors import Refusal
+    t = team.create_task("core/juno", "reviewed work", assignee="core/spartan")["id"]
+    team.move_task("core/spartan", t, "start")
+    with pytest.raises(Refusal) as e:
+        team.move_task("core/spartan", t, "approve")
+    fix = e.value.fix
+    assert fix.startswith("from in_progress you may: submit (→ review)"), fix
+    for wrong in ("complete", "reap", "cancel", "(→ reap)", "edit", "renew"):
+        assert wrong not in fix, (wrong, fix)
