@@ -148,3 +148,14 @@ def test_verify_replays_a_room_and_names_a_bad_commit(gd, hub, lobby):
     ref.set_target(bad)
     doc = gd.refused(3, "registered-author", "verify")
     assert str(bad)[:12] in doc["commit"]
+
+
+def test_the_room_lifecycle_needs_no_agent_on_the_hubs_machine(gd, hub):
+    """room create and room settings acted as the hub's operator without --as; room
+    archive, beside them, said 'this command acts as an agent'."""
+    gd.ok("room", "create", "tmp")
+    assert "archived" in gd.ok("room", "archive", "tmp").out
+    assert "pinned" in gd.ok("room", "pin", "tmp").out
+    assert "restored" in gd.ok("room", "restore", "tmp").out
+    log = git("--git-dir", hub.path, "log", "--format=%an", "-3", "hub").stdout.split()
+    assert set(log) == {"hub/admin"}, log

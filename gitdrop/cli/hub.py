@@ -63,7 +63,7 @@ def room_create(s: Scope,
                     "--team", "-t", help="A member team (repeat). None: open to all.")] = None,
                 open_: Annotated[bool, typer.Option("--open", help="Open to every team.")] = False):
     """Create a room (a new branch rooms/NAME)."""
-    r = s.hub.create_room(s.agent_value or "hub/admin", name, split_list(team), open_=open_)
+    r = s.hub.create_room(_operator(s), name, split_list(team), open_=open_)
     s.emit(r, f"room {name} created" + (f" for {', '.join(r['teams'])}" if r["teams"] else "")
            + (" (open to all teams)" if r["open"] else "")
            + f"\nnext: {s.again('register team/name', name)}")
@@ -174,11 +174,19 @@ def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
     s.emit(r, f"team {r['team']} left {room}")
 
 
+def _operator(s: Scope) -> str:
+    """Who runs a room's lifecycle: the agent given, else the hub's operator, as room
+    create and room settings do on the hub's machine (archive said 'this command acts
+    as an agent' where create, beside it, needed no --as)."""
+    from ..hub import OPERATOR
+    return s.agent_value or OPERATOR
+
+
 @command(room_app, "archive")
 def room_archive(s: Scope, name: RoomArg = None):
     """Archive a room: its branch leaves the active rooms, its history stays (a lead)."""
     room = name or s.room_name
-    r = s.hub.archive_room(room, s.agent)
+    r = s.hub.archive_room(room, _operator(s))
     s.emit(r, f"room {room} archived (tip {short_id(r['tip'])}); gitdrop room restore {room} "
               "brings it back")
 
@@ -187,7 +195,7 @@ def room_archive(s: Scope, name: RoomArg = None):
 def room_restore(s: Scope, name: RoomArg = None):
     """Bring an archived room back (a lead)."""
     room = name or s.room_name
-    r = s.hub.restore_room(room, s.agent)
+    r = s.hub.restore_room(room, _operator(s))
     s.emit(r, f"room {room} restored")
 
 
@@ -196,7 +204,7 @@ def room_pin(s: Scope, name: RoomArg = None,
              unpin: Annotated[bool, typer.Option("--unpin", help="Remove the pin.")] = False):
     """Pin a room: it is never archived for idleness nor expired (a lead)."""
     room = name or s.room_name
-    r = s.hub.pin_room(room, s.agent, pinned=not unpin)
+    r = s.hub.pin_room(room, _operator(s), pinned=not unpin)
     s.emit(r, f"room {room} {'pinned' if r['pinned'] else 'unpinned'}")
 
 
