@@ -251,6 +251,7 @@ def test_the_cli_queues_and_syncs(served, tmp_path):
                        text=True, cwd=ROOT, env=dict(os.environ, GITDROP_CACHE=str(
                            tmp_path / "cache"), NO_COLOR="1"))
     assert p.returncode == 0 and "QUEUED, not yet on the hub" in p.stdout, p.stderr
+    assert p.stdout.startswith("queued for core/kai"), p.stdout   # not "sent to"
     doc, _ = cli(served, tmp_path, "status", env=env)
     assert [e["id"] for e in doc["queue"]] == [1, 2] and doc["offline"] is True
     doc, p = cli(served, tmp_path, "sync", ok=False)

@@ -198,8 +198,10 @@ def send(s: Scope,
         raise UsageError("the message is empty", "write some text (-m TEXT)")
     r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to,
                     key=key or s.key)
-    s.emit(r, f"sent to {', '.join(r['to'])}" + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "")
-           + f" [{short_id(r['commit'])}]")
+    # a remote hub that could not take it: queued, not sent (said so below, too)
+    queued = getattr(getattr(s._hub, "store", None), "taken", lambda: [])()
+    s.emit(r, f"{'queued for' if queued else 'sent to'} {', '.join(r['to'])}"
+           + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "") + f" [{short_id(r['commit'])}]")
     for hint in r.get("hints", []):
         s.note(f"note: {hint}")
 
