@@ -40,6 +40,13 @@ def shown(text: str) -> str:
     return text.replace("\r\n", "\n").translate(_SHOW)
 
 
+def commit_named(oid: str, subject: str, most: int = 72) -> str:
+    """A commit as a refusal names it: its short id ("(new)" if it has none yet) and
+    its subject, cut with an ellipsis (cut bare, "taken by spar" read as a name)."""
+    cut = subject if len(subject) <= most else subject[:most - 1] + "…"
+    return f"{oid[:12] or '(new)'} \"{cut}\""
+
+
 def line_break(text: str) -> bool:
     """Whether `text` holds anything a terminal or str.splitlines breaks a line at."""
     return any(ch in text for ch in _BREAKS)

@@ -25,7 +25,7 @@ def check_chain(reader, commits, pusher="") -> list:
 
 
 def _refuse(rule, c, reason, fix=""):
-    raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
+    raise Refusal(rule, reason, fix, commit=fmt.commit_named(c.oid, c.subject))
 
 
 HUB_MESSAGE_MAX = 4096    # bytes of a hub branch commit message

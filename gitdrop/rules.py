@@ -44,7 +44,7 @@ class Ctx:
 
 
 def _refuse(rule, c, reason, fix=""):
-    raise Refusal(rule, reason, fix, commit=f"{c.oid[:12] or '(new)'} \"{c.subject[:60]}\"")
+    raise Refusal(rule, reason, fix, commit=fmt.commit_named(c.oid, c.subject))
 
 
 def infer(before: RoomView, c, changes: list[Change]) -> str:
@@ -234,7 +234,7 @@ def key_reused(earlier, key: str, op: str) -> Refusal:
                       "the same operation with other arguments"),
                    "use a new key for a new operation (a key names one operation with one "
                    "payload; the same call replays)",
-                   commit=f"{earlier.oid[:12]} \"{earlier.subject[:60]}\"")
+                   commit=fmt.commit_named(earlier.oid, earlier.subject))
 
 
 def _check_key(c, op: str, ctx, room: str = "") -> None:

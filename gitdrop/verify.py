@@ -1,7 +1,7 @@
 """Checking a run of commits on a ref: what the hook does on push and what
 `gitdrop verify` does over a whole room's history. Reader-agnostic."""
 
-from . import hubrules, model, rules
+from . import fmt, hubrules, model, rules
 from .errors import Refusal
 from .view import RoomView
 
@@ -30,7 +30,7 @@ def chain(reader, old: str, new: str, ref: str, most: int | None = None) -> list
         if len(c.parents) > 1:
             raise Refusal("linear-history", f"{ref} must stay linear; {oid[:12]} is a merge",
                           "rebase onto the tip (git pull --rebase) and push again",
-                          commit=f"{oid[:12]} \"{c.subject[:60]}\"")
+                          commit=fmt.commit_named(oid, c.subject))
         out.append(c)
         oid = c.parent
     if old and old != ZERO and oid != old:
@@ -84,7 +84,7 @@ def _text(reader, c, path: str, oid: str | None):
     if oid is not None and text is None and reader.mode(c.tree, path) == rules.FILE_MODE:
         raise Refusal("format", f"{path} names {oid[:12]}, which is not a file in this push",
                       "commit the file itself (git add), not a link to another object",
-                      commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
+                      commit=fmt.commit_named(c.oid, c.subject))
     return text
 
 
@@ -92,7 +92,7 @@ def _diff(reader, c, parent_tree) -> list:
     try:
         return reader.diff(parent_tree, c.tree)
     except Refusal as e:   # a tree nested too deep: say which commit brought it
-        e.commit = e.commit or f"{c.oid[:12]} \"{c.subject[:60]}\""
+        e.commit = e.commit or fmt.commit_named(c.oid, c.subject)
         raise
 
 
@@ -117,7 +117,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
                 raise Refusal("linear-history", "a room's first commit must create it "
                               "(room.toml, Gitdrop-Op: room-create)",
                               "create rooms with gitdrop room create",
-                              commit=f"{c.oid[:12]} \"{c.subject[:60]}\"")
+                              commit=fmt.commit_named(c.oid, c.subject))
             name = RoomView(reader, c.tree, c.oid, room).room["name"]
             if name != room:
                 raise Refusal("format", f"room.toml names {name!r} but the branch is "

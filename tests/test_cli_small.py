@@ -355,3 +355,14 @@ def test_a_delayed_bar_comes_only_if_the_work_outlasts_the_delay(monkeypatch):
         time.sleep(0.4)
     assert "slow work" in err.getvalue() and BAR in err.getvalue()
     assert out.getvalue() == ""
+
+
+def test_a_refusal_cuts_a_long_subject_with_an_ellipsis_and_a_typo_of_an_option_is_named(gd):
+    """'taken by spar': a subject cut bare read as a name. And `gitdrop version` was
+    answered with 'verify'."""
+    from gitdrop import fmt
+    long = "lease 7dfb56e9 on src/api/users/handlers/v2/serializers.py (exclusive) taken by spartan"
+    assert fmt.commit_named("", long) == f'(new) "{long[:71]}…"'
+    assert fmt.commit_named("a" * 40, "short") == f'{"a" * 12} "short"'
+    r = gd("version")
+    assert r.rc == 2 and "Did you mean '--version'?" in r.err, r

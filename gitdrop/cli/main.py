@@ -89,6 +89,8 @@ class LazyGroup(PlainGroup):
             if args and isinstance(msg, str) and msg.startswith("No such command") \
                     and "Did you mean" not in msg:
                 close = difflib.get_close_matches(args[0], list(COMMANDS), n=3, cutoff=0.6)
+                if args[0].lstrip("-") in ("version", "help"):   # options, not commands
+                    close = [f"--{args[0].lstrip('-')}"]
                 if close:
                     e.message = (e.message.rstrip(".") + ". Did you mean "
                                  + " or ".join(repr(c) for c in close) + "?")
