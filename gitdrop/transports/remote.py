@@ -447,6 +447,12 @@ class RemoteStore(Store):
         refusal = parse_refusal(err) or Refusal(
             "remote-refused", f"{public_url(self.url)} refused the push: "
             f"{_last_lines(err)}", "read the server's message; fix the commit and retry")
+        if refusal.rule == "authenticated-pusher":
+            # the hook's fix is for commits made by hand (rebase them); this write is
+            # gitdrop's own, made for --as, and it is the login that decides
+            refusal.fix = ("the hub knows you by your login here (the user in the URL, "
+                           "your SSH key or token): act as that agent (--as), or reach the "
+                           "hub with this agent's own login")
         refusal.from_hub = True
         return refusal
 
