@@ -24,5 +24,9 @@ def open_hub(path: str = "", create: bool = True) -> Hub:
         return Hub(path)
     if create and path == os.path.abspath(os.path.expanduser(BUILTIN_HUB)) and not (
             os.path.exists(path) and os.listdir(path)):
-        return init(path)
+        hub = init(path)
+        import sys
+        sys.stderr.write(f"gitdrop: made the default hub at {path} (its first use), with "
+                         "room lobby; --hub or GITDROP_HUB names another\n")
+        return hub
     raise no_hub(path)

@@ -159,7 +159,9 @@ class Worker:
         view = self.room.view()
         me = view.agent(self.agent)
         if me is None or (self.caps is not None and me["caps"] != self.caps):
-            self.room.register(self.agent, (), "", caps=self.caps)
+            r = self.room.register(self.agent, (), "", caps=self.caps)
+            if me is None:   # said: a typo in --as made a new agent without a word
+                self._emit("registered", {}, agent=r.get("agent", self.agent))
         self._ready_once = True
 
     def _give_back_left(self, others: dict) -> None:

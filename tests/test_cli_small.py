@@ -366,3 +366,11 @@ def test_a_refusal_cuts_a_long_subject_with_an_ellipsis_and_a_typo_of_an_option_
     assert fmt.commit_named("a" * 40, "short") == f'{"a" * 12} "short"'
     r = gd("version")
     assert r.rc == 2 and "Did you mean '--version'?" in r.err, r
+
+
+def test_work_says_when_it_registers_its_agent(gd, team):
+    """`gitdrop work --as core/scuot` (a typo) made a new agent without a word."""
+    r = gd("--as", "core/scuot", "work", "--once", "--", "true")
+    assert "core/scuot was not registered in lobby: registered it now" in r.err, r
+    r = gd("--as", "core/scuot", "work", "--once", "--", "true")
+    assert "registered it now" not in r.err, r

@@ -704,8 +704,10 @@ def test_a_path_that_is_not_a_hub_is_not_written(tmp_path):
     # the built-in default is made on first use, and init makes one anywhere new
     gd = Gitdrop("", str(home), "core/juno")
     gd.env.pop("GITDROP_HUB")
-    gd.ok("register", "core/juno")
+    r = gd.ok("register", "core/juno")
     assert (home / ".gitdrop" / "hub.git" / "HEAD").exists()
+    assert "made the default hub at" in r.err, r   # said, the once
+    assert "made the default hub" not in gd.ok("who").err
     Gitdrop(str(tmp_path / "new.git"), str(home)).ok("init")
     fsck(tmp_path / "new.git")
 

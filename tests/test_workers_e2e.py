@@ -200,7 +200,8 @@ def test_three_gitdrop_work_processes_and_a_killed_one(tmp_path):
     assert name_of[victim_task] == "slow"
     for a in ("core/a", "core/b"):
         assert evs[a][-2:][0]["event"] == "idle" and evs[a][-1]["event"] == "stopped", report()
-    assert [e["event"] for e in evs[VICTIM]] == ["claimed", "started"], report()
+    assert [e["event"] for e in evs[VICTIM] if e["event"] != "registered"] == [
+        "claimed", "started"], report()
 
     # every task ended as designed
     final = {t["id"]: t for t in room.list_tasks(include_done=True)}

@@ -445,10 +445,12 @@ def work(s: Scope,
             "error": f"{' '.join(ev.get('error', '').split())[:160]}; trying again",
             "idle": f"nothing ready for {agent} for {ev.get('seconds', 0):g} s; stopping",
             "stopped": f"{agent} stopped after {ev.get('done', 0)} task(s)",
+            "registered": f"{ev.get('agent', agent)} was not registered in {s.room_name}: "
+                          "registered it now",
         }.get(what)
         if line:
-            print(line, file=sys.stderr if what in ("idle", "stopped", "error", "orphan")
-                  else sys.stdout, flush=True)
+            print(line, file=sys.stderr if what in ("idle", "stopped", "error", "orphan",
+                                                     "registered") else sys.stdout, flush=True)
 
     ledger = Ledger(hub, s.room_name, agent)
     w = Worker(hub, s.room_name, agent, shell_handler(cmd, hub, s.room_name, agent, ledger, timeout),
