@@ -187,12 +187,13 @@ class Room:
         if "/" in name:
             if view.agent(name) is None:
                 raise NotFound(f"{name!r} is not registered in room {self.name!r}",
-                               "register it (gitdrop register) or check gitdrop who")
+                               f"register it (gitdrop register {name}) or check gitdrop who")
             return name
         found = by_short_name(name, view.agent_ids())
         if not found:
             raise NotFound(f"{name!r} is not registered in room {self.name!r}",
-                           "register it (gitdrop register) or check gitdrop who")
+                           f"register it with its team (gitdrop register team/{name}) or "
+                           "check gitdrop who")
         return found
 
     def _target(self, view, name: str) -> str:

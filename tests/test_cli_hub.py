@@ -155,6 +155,7 @@ def test_the_room_lifecycle_needs_no_agent_on_the_hubs_machine(gd, hub):
     archive, beside them, said 'this command acts as an agent'."""
     gd.ok("room", "create", "tmp")
     assert "archived" in gd.ok("room", "archive", "tmp").out
+    assert "(archived: gitdrop room restore tmp" in gd.ok("room", "show", "tmp").out
     assert "pinned" in gd.ok("room", "pin", "tmp").out
     assert "restored" in gd.ok("room", "restore", "tmp").out
     log = git("--git-dir", hub.path, "log", "--format=%an", "-3", "hub").stdout.split()

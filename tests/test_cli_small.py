@@ -71,8 +71,9 @@ def test_help_shows_metavars_not_python_types(gd):
 
 
 def test_a_command_list_shows_each_summary_whole(gd):
-    """A listed command's summary is its help's first paragraph on one line (where
-    the page is wide enough): docstrings wrapped at 90 columns broke mid-sentence."""
+    """A listed command's summary is its help's first sentence on one line (where
+    the page is wide enough): docstrings wrapped at 90 columns broke mid-sentence,
+    and a first paragraph (sync's ran 14 lines) buried the list."""
     import click
     import inspect
     from gitdrop.cli.main import app
@@ -90,6 +91,7 @@ def test_a_command_list_shows_each_summary_whole(gd):
         for name in group.list_commands(ctx):
             cmd = group.get_command(ctx, name)
             first = " ".join(inspect.cleandoc(cmd.help or "").split("\n\n")[0].split())
+            first = first.split(". ")[0].rstrip(".") + "." if first else ""
             if not first or len(first) > 150:
                 continue
             row = next(x for x in out.splitlines() if re.match(rf"│ {name} ", x))
@@ -374,3 +376,13 @@ def test_work_says_when_it_registers_its_agent(gd, team):
     assert "core/scuot was not registered in lobby: registered it now" in r.err, r
     r = gd("--as", "core/scuot", "work", "--once", "--", "true")
     assert "registered it now" not in r.err, r
+
+
+def test_room_settings_line_up_and_say_what_each_means(gd, team):
+    """The values did not line up, and nothing said what a setting meant or its unit."""
+    from gitdrop import model
+    out = gd.ok("room", "settings").out.splitlines()
+    assert len(out) == len(model.DEFAULT_SETTINGS)
+    assert len({ln.index(str(model.DEFAULT_SETTINGS[ln.split()[0]])) + len(str(
+        model.DEFAULT_SETTINGS[ln.split()[0]])) for ln in out}) == 1, out   # right-aligned
+    assert all(len(ln.split()) > 2 for ln in out), out   # each says what it is

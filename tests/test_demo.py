@@ -77,23 +77,23 @@ def test_demo_steps_turn_out_as_the_story_says(gd):
         assert words in step["title"], (step, words)
         assert step["outcome"] == outcome and step["ok"], step
     go = next(s for s in steps if "GO" in s["title"])
-    assert "status=go" in go["detail"]
+    assert "status: go" in go["detail"]
     refused = next(s for s in steps if s["outcome"] == "handshake-go")
     assert "waiting for core/spartan, core/ada" in refused["detail"]
     unread = next(s for s in steps if s["outcome"] == "unread-before-send")
     assert "1 unread" in unread["detail"] and "inbox" in unread["fix"]
     assert "completed" in next(s for s in steps if "approves task 1" in s["title"])["detail"]
-    assert "state=assigned" in next(s for s in steps if "claims task 3" in s["title"])["detail"]
+    assert "state: assigned" in next(s for s in steps if "claims task 3" in s["title"])["detail"]
     closed = next(s for s in steps if s["outcome"] == "room-membership")
     assert "team 'ops' is not a member of room 'launch'" in closed["detail"]
     sign = next(s for s in steps if s["outcome"] == "dual-sign")
     assert "core/juno, ui/lyra" in sign["detail"] and "gitdrop task sign" in sign["fix"]
-    assert "state=in_progress" in next(s for s in steps if "finn starts" in s["title"])["detail"]
+    assert "state: in_progress" in next(s for s in steps if "finn starts" in s["title"])["detail"]
     burst = next(s for s in steps if s["outcome"] == "loop-guard")
     assert "sent 3 messages" in burst["detail"] and "room cap 3" in burst["detail"]
     assert "loop_cap" in burst["fix"]
     # the throwaway hub is gone afterwards, and GITDROP_HUB was not the demo's to use
-    hub_path = steps[0]["detail"].split("id=", 1)[1]
+    hub_path = steps[0]["detail"].split("id: ", 1)[1]
     assert hub_path.endswith("hub.git") and not os.path.exists(hub_path)
     assert doc["kept"] is False and doc["hub"] == "" and not os.path.exists(gd.hub)
 

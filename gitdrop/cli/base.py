@@ -157,7 +157,9 @@ class PlainGroup(TyperGroup):
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.short_help and cmd.help:
-                cmd.short_help = " ".join(inspect.cleandoc(cmd.help).split("\n\n")[0].split())
+                first = " ".join(inspect.cleandoc(cmd.help).split("\n\n")[0].split())
+                # its first sentence: a paragraph (sync's ran 14 lines) buried the list
+                cmd.short_help = first.split(". ")[0].rstrip(".") + "."
         return super().format_help(ctx, formatter)
 
 
@@ -370,6 +372,12 @@ def command(app: typer.Typer, name: str | None = None, **kw):
 
         wrapper.__signature__ = sig.replace(parameters=own + extra)
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+        if fn.__doc__ and "help" not in kw:
+            # each paragraph on one line: the help page kept the docstring's line
+            # breaks, and a sentence broke where the source wrapped it
+            kw["help"] = "\n\n".join(
+                p if any(ln.startswith("gitdrop ") for ln in p.splitlines()) else
+                " ".join(p.split()) for p in inspect.cleandoc(fn.__doc__).split("\n\n"))
         app.command(name, cls=PlainCommand, **kw)(wrapper)
         return fn
     return deco

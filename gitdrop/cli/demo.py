@@ -92,7 +92,8 @@ def _brief(result) -> str:
     keys = ("agent", "id", "state", "status", "to", "name", "version")
     shown = {k: result[k] for k in keys if result.get(k) not in (None, "", [])}
     commit = result.get("commit", "")
-    return ", ".join(f"{k}={v}" for k, v in shown.items()) + (f" [{commit[:10]}]" if commit else "")
+    return ", ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                     for k, v in shown.items()) + (f" [{commit[:10]}]" if commit else "")
 
 
 def _git(*args, cwd=None):

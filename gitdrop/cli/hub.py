@@ -103,7 +103,9 @@ def room_show(s: Scope, name: RoomArg = None,
     st = s.hub.room_status(name or s.room_name, offset, limit)
 
     def show():
-        print(f"room {paint(st['room'], 'bold')}" + (" (pinned)" if st["pinned"] else ""))
+        print(f"room {paint(st['room'], 'bold')}"
+              + (f" (archived: gitdrop room restore {st['room']} brings it back)"
+                 if st["status"] == "archived" else "") + (" (pinned)" if st["pinned"] else ""))
         print(f"  teams:     {'open to all' if st['open'] else ', '.join(st['teams']) or '-'}")
         print(f"  leads:     {', '.join(f'{k}: {v}' for k, v in st['leads'].items()) or '-'}")
         print(f"  agents:    {', '.join(st['agents']) or '-'}")
@@ -140,10 +142,11 @@ def room_settings(s: Scope, pairs: Annotated[Optional[list[str]], typer.Argument
     r = s.hub.room_settings(s.room_name, s.agent_value, changes)
 
     def show():
+        wide = max(map(len, r["settings"]), default=0)
         for k, v in r["settings"].items():
             mark = "" if k not in r["overrides"] else paint("  (set here; default "
                                                             f"{r['defaults'][k]})", "dim")
-            print(f"{k:<12} {v}{mark}")
+            print(f"{k:<{wide}}  {v:>6}  {SETTING_WORDS.get(k, '')}{mark}")
     s.emit(r, show)
 
 
@@ -172,6 +175,20 @@ def room_leave(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
     room = name or s.room_name
     r = s.hub.leave_room(_team_of(s, team), room, s.agent_value)
     s.emit(r, f"team {r['team']} left {room}")
+
+
+# What each setting means, beside its value (docs/PROTOCOL.md says the rest).
+SETTING_WORDS = {
+    "loop_cap": "messages one agent may send per window (0: off)",
+    "loop_window": "seconds: the loop guard's window",
+    "max_message": "bytes of a message's text", "max_file": "bytes of any file",
+    "max_title": "characters of a task's title", "max_tags": "tags on a task",
+    "max_retries": "retries a new task allows", "task_lease": "seconds a claim is held "
+    "after its assignee's last act", "max_task_lease": "seconds a renew may hold a task",
+    "clock_skew": "seconds a pushed commit may be dated off the hub's clock",
+    "max_lease_ttl": "seconds a path lease may run",
+    "max_leases": "path leases one agent may hold at once",
+}
 
 
 def _operator(s: Scope) -> str:

@@ -193,9 +193,10 @@ def merge_toml(path: str, text: str, name: str, entry: dict) -> tuple[str, dict]
 
 def read_entry(client: Client, path: str, name: str) -> dict:
     text = _read(path)
+    key = next(k for k, c in CLIENTS.items() if c is client)
     if not text.strip():
         raise NotFound(f"no {client.title} config at {path}",
-                       "write one: gitdrop mcp install --client ...")
+                       f"write one: gitdrop mcp install --client {key} --as team/name")
     if client.toml:
         import tomllib
         try:
@@ -212,7 +213,8 @@ def read_entry(client: Client, path: str, name: str) -> dict:
     entry = servers.get(name) if isinstance(servers, dict) else None
     if not isinstance(entry, dict):
         raise NotFound(f"{path} has no MCP server named {name!r}",
-                       "write it: gitdrop mcp install --client ... (or pass --name)")
+                       f"write it: gitdrop mcp install --client {key} --as team/name (or "
+                       "pass --name)")
     return entry
 
 

@@ -38,7 +38,8 @@ def create(s: Scope,
                "--max-retries", min=0, help="Retries allowed after failure (default: the room's).",
                show_default=False)] = None,
            reviewer: Annotated[str, typer.Option("--reviewer", help="Who reviews it.")] = "",
-           project: Annotated[str, typer.Option("--project")] = "",
+           project: Annotated[str, typer.Option(
+               "--project", help="A project it belongs to (task list --project lists them).")] = "",
            after: Annotated[Optional[list[str]], typer.Option(
                "--after", metavar="ID", help="A task this one waits on: it cannot be claimed "
                "or started before that one completes (repeat, or a comma list).")] = None,
