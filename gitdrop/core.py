@@ -492,7 +492,7 @@ class Room:
             r["hints"] = hints
         return r
 
-    def _dead_hints(self, ids) -> list[str]:
+    def _dead_hints(self, ids, then: str = "it may not read this soon") -> list[str]:
         """A line for each agent among `ids` that looks dead (no act for HEALTH's last
         limit): it may not read a message soon. Cheap first (its last ping and the
         time of the commit its cursor points at), and a walk only for the doubtful."""
@@ -521,8 +521,7 @@ class Room:
                 continue
             last = max(last, self._last_acts(view, {a}, limit=2000)[0].get(a, 0))
             if now - last >= HEALTH[-1][0]:
-                out.append(f"{a} looks dead (last act {_ago(now - last)} ago): it may not "
-                           "read this soon")
+                out.append(f"{a} looks dead (last act {_ago(now - last)} ago): {then}")
         return out
 
     def sent(self, agent: str, n: int = 10, message: str = "", limit: int = 5000) -> list[dict]:
@@ -1042,7 +1041,13 @@ class Room:
                               f"{_subject_text(plan, 50)}", "", "handshake-start", key,
                               handshake=hid),
                     {"id": hid, "handshake": hid, "targets": tg, "status": "pending"})
-        return self._write(agent, build, key)
+        r = self._write(agent, build, key)
+        # GO needs every target's ack: one that looks dead may never give it
+        hints = self._dead_hints(list(r.get("targets", [])),
+                                 "GO waits for its ack, which may not come soon")
+        if hints:
+            r["hints"] = hints
+        return r
 
     @combinable
     def ack_handshake(self, agent: str, hid) -> dict:

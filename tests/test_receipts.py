@@ -119,3 +119,17 @@ def test_a_person_s_message_is_marked_as_theirs(hub, team):
             msgs = (await spartan.ok("check_inbox"))["messages"]
             assert [m.get("person") for m in msgs] == [True, None]
     anyio.run(go)
+
+
+def test_a_handshake_whose_target_looks_dead_says_so(tmp_path):
+    """Without --to a handshake targets everyone else in the room, the dead too, and
+    waits for each one's ack: it may never reach GO, and nothing said why."""
+    hub, team = _room_an_hour_old(tmp_path)
+    r = team.start_handshake("core/juno", "ship the parser")
+    assert set(r["targets"]) == {"core/gone", "core/spartan"}
+    assert r["hints"] == ["core/gone looks dead (last act 60 min ago): GO waits for its ack, "
+                          "which may not come soon"]
+    env = dict(os.environ, GITDROP_HUB=hub.path, GITDROP_ROOM="lobby", GITDROP_AGENT="core/juno")
+    p = subprocess.run([sys.executable, "-m", "gitdrop.cli.main", "handshake", "start", "--plan",
+                        "and again"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "note: core/gone looks dead" in p.stderr, p.stderr

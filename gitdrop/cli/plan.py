@@ -34,6 +34,8 @@ def hs_start(s: Scope,
     r = s.room.start_handshake(s.agent, text, split_list(to))
     s.note(f"handshake {r['id']} started; waiting for {', '.join(r['targets'])} "
            f"[{short_id(r['commit'])}]")
+    for hint in r.get("hints", []):   # GO waits for every target's ack
+        s.note(f"note: {hint}")
     s.emit(r, str(r["id"]))
 
 
