@@ -65,8 +65,9 @@ def test_watch_prints_what_arrives_until_interrupted(gd, team):
 def test_token_mints_a_bearer_token_per_agent(gd, team, hub):
     doc = gd.js("token", "core/spartan")
     assert doc["agent"] == "core/spartan" and len(doc["token"]) > 30
-    plain = gd.ok("token", "core/spartan").out.strip()
-    assert plain != doc["token"]  # rotation: a new one each time
+    r = gd.ok("token", "core/spartan")
+    plain = r.out.strip()   # stdout: the token alone, for scripts; where it goes: stderr
+    assert plain != doc["token"] and "Authorization: Bearer" in r.err  # rotation
     from gitdrop import tokens
     assert tokens.Verifier(hub.path).agent(plain) == "core/spartan"
 

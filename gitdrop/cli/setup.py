@@ -441,6 +441,9 @@ def http(s: Scope,
         if not users:
             raise UsageError("--add-user needs the users file", "pass --users FILE")
         password = httpd.add_user(users, add_user)
+        team, _, name = add_user.partition("/")
+        s.note(f"user {add_user}'s password (shown once); its hub URL, once gitdrop http "
+               f"--users {users} runs: http://{team}%2F{name}:PASSWORD@HOST:PORT/hub.git")
         s.emit({"agent": add_user, "users": os.path.abspath(users), "password": password},
                password)
         return

@@ -83,6 +83,9 @@ def token(s: Scope, agent: Annotated[str, typer.Argument(help="The agent (team/n
     """Mint a bearer token that binds an MCP HTTP client to one agent."""
     from ..tokens import mint
     tok = mint(s.hub.path, agent)
+    s.note(f"{agent}'s token (shown once; a new one replaces it): its MCP client sends "
+           "Authorization: Bearer TOKEN to gitdrop serve --transport http, and it logs in to "
+           "gitdrop web with it")
     s.emit({"agent": agent, "token": tok}, tok)
 
 
