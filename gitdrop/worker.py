@@ -28,6 +28,7 @@
 
 import contextlib
 import math
+import os
 import signal
 import threading
 import time
@@ -101,20 +102,39 @@ def wait_for_answer(hub_spec, room, tid: str, timeout=None, stopping=None) -> st
 
 
 class Alone:
-    """The ledger of a worker told of no other worker of its agent: every task of the
-    agent in progress before it took one is an earlier run's. A ledger shared by the
-    workers of an agent (gitdrop.cli.work.Ledger) says which tasks others are on."""
+    """The ledger of a worker told of no other worker of its agent outside this
+    program: every task of the agent in progress before it took one, that no Worker
+    of the agent in this program is on, is an earlier run's (sure: given back at
+    once). A ledger shared by the workers of an agent on this machine
+    (gitdrop.cli.work.Ledger) says which tasks others are on, and which were left by
+    workers known dead; one it cannot place may be another machine's."""
+
+    sure = True   # what others() does not list is left by a dead run
+    _on: dict = {}   # (hub, room, agent) -> {id of a ledger: the task its worker is on}
+    _guard = threading.Lock()
+
+    def __init__(self, key: tuple = ()):
+        self.key = key
 
     def claiming(self):
         """Held while the worker claims a task and holds it (a lock the workers share)."""
         return contextlib.nullcontext()
 
     def others(self) -> dict:
-        """{task: pid} of the agent's other live workers."""
-        return {}
+        """{task: pid} of the agent's other live workers (here: of this program; two
+        Workers of one agent in it gave back each other's task, and a result was lost)."""
+        with self._guard:
+            return {t: os.getpid() for k, t in self._on.get(self.key, {}).items()
+                    if k != id(self) and t}
 
     def hold(self, tid: str) -> None:
         """The task this worker is on now ("": none)."""
+        with self._guard:
+            mine = self._on.setdefault(self.key, {})
+            if tid:
+                mine[id(self)] = tid
+            else:
+                mine.pop(id(self), None)
 
     def end_left(self) -> list:
         """[(pid ended or 0, task)] of the agent's workers gone, their programs ended."""
@@ -149,8 +169,10 @@ class Worker:
         self._in_handler = False
         self._ready_once = False
         self._held = {}   # task id -> (monotonic end, times): passed over until then
-        self.ledger = ledger or Alone()
+        self.ledger = ledger or Alone((self.room.store.path, room, agent))
         self._left_seen = False
+        self._suspects: dict = {}   # task -> (lease_until seen, when to give it back)
+        self._elsewhere: set = set()   # tasks another live worker of the agent is on
 
     # --- one task ------------------------------------------------------------
     def _prepare(self) -> None:
@@ -177,8 +199,9 @@ class Worker:
         for pid, _task in left:
             if pid:
                 self._emit("orphan", {"id": _task}, pid=pid)
+        dead = {t for _pid, t in left if t}
         if self._left_seen:
-            todo = {t for _pid, t in left if t}
+            todo = dead
         else:
             todo = None   # all of them, this once
             self._left_seen = True
@@ -189,7 +212,33 @@ class Worker:
             if tid in others:
                 self._emit("busy", t, pid=others[tid])
                 continue
-            self._failed(t, "the worker restarted: an earlier run of it died mid-task")
+            if tid in dead or getattr(self.ledger, "sure", False):   # its run is over
+                self._failed(t, "the worker restarted: an earlier run of it died mid-task")
+            elif tid not in self._elsewhere:
+                # No worker of this machine's ledger is on it, and none is known dead:
+                # another machine's, or a Worker of this agent elsewhere in this
+                # program, may be (given back at once, its result was thrown away).
+                # Its renewer moves lease_until within `every`: given back only if not.
+                self._suspects.setdefault(tid, (t["lease_until"], time.monotonic() +
+                                                2 * _renew_every(self.room) + 1))
+        self._judge_suspects()
+
+    def _judge_suspects(self) -> None:
+        """Each task suspected of being left: renewed since (a live worker is on it),
+        left to that worker; not renewed in twice a renewer's time, given back."""
+        now = time.monotonic()
+        for tid, (seen, deadline) in list(self._suspects.items()):
+            t = self.room.task(tid)
+            if t["state"] != "in_progress" or t["assignee"] != self.agent:
+                del self._suspects[tid]
+            elif t["lease_until"] != seen:
+                del self._suspects[tid]
+                self._elsewhere.add(tid)
+                self._emit("busy", t, pid=0)
+            elif now >= deadline:
+                del self._suspects[tid]
+                self._failed(t, "the worker restarted: an earlier run of it died mid-task "
+                             "(its lease was not renewed since)")
 
     def run_once(self) -> dict | None:
         """Take one task and see it through; None when nothing is ready."""
@@ -199,7 +248,8 @@ class Worker:
             self._give_back_left(others)
             now = time.monotonic()
             got = self.room.claim_next(self.agent, tag=",".join(self.tags), skip=[
-                *(t for t, (end, _n) in self._held.items() if end > now), *others])
+                *(t for t, (end, _n) in self._held.items() if end > now), *others,
+                *self._suspects, *self._elsewhere])
             tid = got["task"]
             if not tid:
                 return None
@@ -407,7 +457,8 @@ class Worker:
             elif t["state"] != "pending" and t["assignee"] != self.agent:
                 soon = min(soon, max(t["lease_until"], now + 1))
         mono = time.monotonic()
-        held = min((end - mono for end, _n in self._held.values() if end > mono), default=300)
+        held = min([end - mono for end, _n in self._held.values() if end > mono] +
+                   [end - mono for _seen, end in self._suspects.values()], default=300)
         return max(0.5, min(soon - now + 0.5, held + 0.1))
 
     def _emit(self, what: str, task: dict, **extra) -> dict:
@@ -440,13 +491,17 @@ def restore_signals(old) -> None:
         signal.signal(s, h)
 
 
+def _renew_every(room) -> float:
+    return max(1.0, room.view().settings["task_lease"] / 3)
+
+
 class _Renewer(threading.Thread):
     """Renews the lease of the task being worked on, at a third of the room's lease."""
 
     def __init__(self, worker: Worker, tid: str):
         super().__init__(daemon=True, name=f"gitdrop-renew-{tid}")
         self.worker, self.tid, self._done = worker, tid, threading.Event()
-        self.every = max(1.0, worker.room.view().settings["task_lease"] / 3)
+        self.every = _renew_every(worker.room)
 
     def run(self):
         while not self._done.wait(self.every):

@@ -1133,3 +1133,70 @@ def test_what_a_program_left_is_ended_though_its_worker_was_killed_ending_it(tmp
         _kill(a)
         if stubborn and _running(stubborn):
             os.kill(stubborn, signal.SIGKILL)
+
+
+def test_two_workers_of_one_agent_in_one_program_leave_each_other_s_task_alone(tmp_path):
+    """The second Worker of an agent took the first's task in progress for a dead run's,
+    gave it back at its first round, and the first's result was then refused, lost."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "long", review=False)["id"]
+    going, release, events = threading.Event(), threading.Event(), []
+
+    def slow(task, ctx):
+        going.set()
+        release.wait(20)
+        return "done by the first"
+    first = Worker(hub, "lobby", W, slow, backoff=0, on_event=events.append)
+    th = threading.Thread(target=first.run_once)
+    th.start()
+    assert going.wait(20)
+    second = Worker(hub, "lobby", W, lambda task, ctx: "x", backoff=0, on_event=events.append)
+    assert second.run_once() is None   # nothing else to do, and the first's left alone
+    release.set()
+    th.join(20)
+    assert room.task(t)["state"] == "completed" and room.task(t)["note"] == "done by the first"
+    assert ("busy", t) in [(e["event"], e["task"]) for e in events]
+
+
+class _ThisMachineOnly:
+    """A ledger that knows this machine's workers (none) and not other machines'."""
+    sure = False
+
+    def claiming(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def others(self):
+        return {}
+
+    def hold(self, tid):
+        pass
+
+    def end_left(self):
+        return []
+
+
+def test_a_task_another_machine_may_be_on_is_given_back_only_once_not_renewed(tmp_path):
+    """A task in progress no worker here is on may be another machine's worker's: it is
+    left to it while its lease is renewed, and given back once it is not."""
+    hub, room = _hub(tmp_path)
+    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 3})   # renewed every 1 s
+    live = room.create_task(LEAD, "elsewhere", review=False)["id"]
+    dead = room.create_task(LEAD, "left", review=False)["id"]
+    for t in (live, dead):
+        room.move_task(W, t, "claim")
+        room.move_task(W, t, "start")
+    events = []
+    w = Worker(hub, "lobby", W, lambda task, ctx: "redone", backoff=0, on_event=events.append,
+               ledger=_ThisMachineOnly())
+    assert w.run_once() is None   # both suspected, neither run nor given back yet
+    assert {room.task(t)["state"] for t in (live, dead)} == {"in_progress"}
+    end = time.monotonic() + 10
+    while time.monotonic() < end and room.task(dead)["state"] == "in_progress":
+        time.sleep(1.1)
+        room.move_task(W, live, "renew")   # the other machine's renewer
+        w.run_once()
+    assert room.task(live)["state"] == "in_progress"
+    got = [(e["event"], e["task"]) for e in events]
+    assert ("busy", live) in got and ("failed", dead) in got, got
+    assert "not renewed" in next(e for e in events if e["event"] == "failed")["error"]

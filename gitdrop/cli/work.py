@@ -437,8 +437,9 @@ def work(s: Scope,
             "held": f"task {tid}: {paint('could neither hand it in nor give it back', 'red')}: "
                     f"{' '.join(ev.get('reason', '').split())[:160]}; passed over for "
                     f"{ev.get('retry_in')} s",
-            "busy": f"task {tid}: another worker of {agent} is on it (pid {ev.get('pid')}); "
-                    "left to it",
+            "busy": f"task {tid}: another worker of {agent} is on it "
+                    + (f"(pid {ev['pid']})" if ev.get("pid") else "(elsewhere: it renews the "
+                       "task's lease)") + "; left to it",
             "orphan": f"task {tid}: ended the program a killed worker left running "
                       f"(pid {ev.get('pid')})",
             "reaped": f"task {tid}: reaped (its holder's lease expired)",
