@@ -407,7 +407,7 @@ def test_the_gitdrop_command_takes_the_url(served, team, tmp_path):
         code, out = run("--as", "core/spartan", "status", "pretending")
         assert (code, out["rule"]) == (3, "authenticated-pusher")
         # told to act as the login's agent, not to rebase commits it never made by hand
-        assert "your login" in out["fix"] and "rebase" not in out["fix"], out
+        assert "knows you as core/juno" in out["fix"] and "rebase" not in out["fix"], out
     # status names the hub, never its password (it is pasted and logged)
     p = subprocess.run(gitdrop + ["--as", "core/juno", "status"], env=env, capture_output=True,
                        text=True, timeout=60, cwd=ROOT)

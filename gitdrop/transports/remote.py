@@ -450,9 +450,11 @@ class RemoteStore(Store):
         if refusal.rule == "authenticated-pusher":
             # the hook's fix is for commits made by hand (rebase them); this write is
             # gitdrop's own, made for --as, and it is the login that decides
-            refusal.fix = ("the hub knows you by your login here (the user in the URL, "
-                           "your SSH key or token): act as that agent (--as), or reach the "
-                           "hub with this agent's own login")
+            login = re.search(r"(?:authenticated|pushed) as (\S+)", refusal.reason)
+            who = login.group(1).rstrip(".,;") if login else "your login's agent"
+            refusal.fix = (f"the hub knows you as {who} here (the user in the URL, your SSH "
+                           f"key or token): act as {who} (--as), or reach the hub with this "
+                           "agent's own login")
         refusal.from_hub = True
         return refusal
 
