@@ -4,6 +4,7 @@ per sender across restarts, no ping-pong between two responders, no answering fo
 person, the loop guard as the backstop, and the long-running command woken by the
 notifier and stopped by SIGTERM."""
 
+import contextlib
 import json
 import os
 import select
@@ -355,34 +356,28 @@ def test_the_status_comes_back_after_a_killed_responder_and_a_second_is_refused(
     room.set_status("core/spartan", "coding the parser")
     args = [*ENTRY, "autorespond", "--rules", rules_file(tmp_path), "--json"]
 
-    def start():
-        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL)
-    first = start()
-    try:
-        _lines(first, lambda ev: ev["event"] == "started", 30)
+    @contextlib.contextmanager
+    def started():
+        p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        try:
+            _lines(p, lambda ev: ev["event"] == "started", 30)
+            yield p
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+    with started() as first:
         second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
         assert second.returncode != 0 and "already answering for core/spartan" in \
             second.stdout + second.stderr, (second.stdout, second.stderr)
         first.kill()
         first.wait(10)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-        first.stdout.close()
-        first.stderr.close()
     assert room.view().agent("core/spartan")["status"] == "away: back on Monday"
-    again = start()
-    try:
-        _lines(again, lambda ev: ev["event"] == "started", 30)
+    with started() as again:
         again.send_signal(signal.SIGTERM)
         _lines(again, lambda ev: ev["event"] == "stopped", 10)
         assert again.wait(10) == 0
-    finally:
-        if again.poll() is None:
-            again.kill()
-            again.wait()
-        again.stdout.close()
-        again.stderr.close()
     assert room.view().agent("core/spartan")["status"] == "coding the parser"

@@ -158,14 +158,7 @@ def test_claim_next_moves_on_when_a_race_is_lost(team):
 
 
 def test_a_waiting_task_is_not_reaped_and_a_completion_renews_its_lease(tmp_path):
-    from test_task_lease import Clock
-    from gitdrop import hub as hubmod, model
-    clock = Clock()
-    h = hubmod.init(str(tmp_path / "hub.git"), fsync=False, clock=clock)
-    r = h.room("lobby")
-    for a, role in (("core/juno", "lead"), ("core/spartan", "coder"), ("core/kai", "coder")):
-        r.register(a, [role])
-    lease = model.DEFAULT_SETTINGS["task_lease"]
+    r, clock, lease = _lease_room(tmp_path)
     a = r.create_task("core/juno", "a")["id"]
     b = r.create_task("core/juno", "b", after=[a], assignee="core/kai")["id"]
     clock.t += lease + 100

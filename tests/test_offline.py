@@ -962,19 +962,26 @@ _KILLED_WHILE_QUEUEING = (
     "main()\n")
 
 
+def _killed_while_queueing(served, tmp_path, *args):
+    """One queued write, then the command `args` killed where its write is queued."""
+    cli(served, tmp_path, "who")
+    served.stop()
+    cli(served, tmp_path, "send", "core/kai", "-m", "first", "--as", "core/juno",
+        env={"GITDROP_OFFLINE": "queue"})
+    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
+    p = subprocess.run([sys.executable, "-c", _KILLED_WHILE_QUEUEING, "--hub", served.url,
+                        "--as", "core/juno", *args], capture_output=True, text=True, cwd=ROOT,
+                       env=e)
+    assert p.returncode == 137, (p.stdout, p.stderr)
+
+
 def test_a_write_killed_while_queueing_is_sent_with_the_writes_made_on_it(served, tmp_path):
     """A kill between the mirror's ref move and the queue entry left a "phantom": reads
     showed the task, kai started it (queued, built on it), and sync sent the start
     alone, which the hub refused (no such task); the task itself was never sent."""
     env = {"GITDROP_OFFLINE": "queue"}
-    cli(served, tmp_path, "who")
-    served.stop()
-    cli(served, tmp_path, "send", "core/kai", "-m", "first", "--as", "core/juno", env=env)
-    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
-    p = subprocess.run([sys.executable, "-c", _KILLED_WHILE_QUEUEING, "--hub", served.url,
-                        "--as", "core/juno", "task", "create", "made offline", "--assign",
-                        "core/kai"], capture_output=True, text=True, cwd=ROOT, env=e)
-    assert p.returncode == 137, (p.stdout, p.stderr)
+    _killed_while_queueing(served, tmp_path, "task", "create", "made offline", "--assign",
+                           "core/kai")
     doc, _ = cli(served, tmp_path, "task", "list", "--all", "--as", "core/kai", env=env)
     [task] = [t for t in doc["tasks"] if t["title"] == "made offline"]   # reads show it
     doc, p = cli(served, tmp_path, "task", "start", task["id"], "--as", "core/kai", env=env)
@@ -995,14 +1002,7 @@ def test_a_write_killed_while_queueing_last_is_sent_at_sync(served, tmp_path):
     """The same kill with nothing made on it after: the room's ref holds it above
     the queued writes, and sync queues it in its place and sends it."""
     env = {"GITDROP_OFFLINE": "queue"}
-    cli(served, tmp_path, "who")
-    served.stop()
-    cli(served, tmp_path, "send", "core/kai", "-m", "first", "--as", "core/juno", env=env)
-    e = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"), GITDROP_OFFLINE="queue")
-    p = subprocess.run([sys.executable, "-c", _KILLED_WHILE_QUEUEING, "--hub", served.url,
-                        "--as", "core/juno", "send", "core/kai", "-m", "second"],
-                       capture_output=True, text=True, cwd=ROOT, env=e)
-    assert p.returncode == 137, (p.stdout, p.stderr)
+    _killed_while_queueing(served, tmp_path, "send", "core/kai", "-m", "second")
     served.start()
     doc, p = cli(served, tmp_path, "sync")
     assert [q["id"] for q in doc["synced"]] == [1, 2] and doc["queued"] == [], doc
