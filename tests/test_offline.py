@@ -355,21 +355,14 @@ def test_a_burst_the_loop_guard_holds_back_waits_in_line_for_the_next_sync(serve
     assert texts(served.hub) == ["m0", "m1", "m2", "m3"]
 
 
-@pytest.mark.parametrize("kill_after", [1, 3])
-def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
-    h = client(served, tmp_path)
-    served.stop()
-    sent = [f"m{i}" for i in range(5)]
-    for t in sent:
-        h.room("lobby").send("core/juno", "core/kai", t)
-    served.start()
-    # The hub kills the syncing process right after it took its push number
-    # `kill_after`: the write landed, the sync never heard so.
+def _sync_killed_after(served, tmp_path, pushes: int) -> None:
+    """`gitdrop sync`, killed by the hub right after it took push number `pushes`:
+    the write landed, the sync never heard so."""
     pidfile, count = tmp_path / "sync.pid", tmp_path / "count"
     hook = os.path.join(served.hub.path, "hooks", "reference-transaction")
     with open(hook, "w") as f:
         f.write(f"#!/bin/sh\n[ \"$1\" = committed ] || exit 0\necho x >> {count}\n"
-                f"[ $(wc -l < {count}) -eq {kill_after} ] && kill -9 $(cat {pidfile})\n"
+                f"[ $(wc -l < {count}) -eq {pushes} ] && kill -9 $(cat {pidfile})\n"
                 "exit 0\n")
     os.chmod(hook, 0o755)
     p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync"],
@@ -378,8 +371,19 @@ def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_a
     pidfile.write_text(str(p.pid))
     p.communicate(timeout=60)
     assert p.returncode == -signal.SIGKILL
-    assert texts(served.hub) == sent[:kill_after]
     os.unlink(hook)
+
+
+@pytest.mark.parametrize("kill_after", [1, 3])
+def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_after):
+    h = client(served, tmp_path)
+    served.stop()
+    sent = [f"m{i}" for i in range(5)]
+    for t in sent:
+        h.room("lobby").send("core/juno", "core/kai", t)
+    served.start()
+    _sync_killed_after(served, tmp_path, kill_after)
+    assert texts(served.hub) == sent[:kill_after]
     r = RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
     assert r["refused"] == [] and r["queued"] == []
     assert texts(served.hub) == sent                   # each once, in order
@@ -1060,18 +1064,8 @@ def test_dropping_a_write_a_killed_sync_landed_says_it_is_on_the_hub(served, tmp
     for t in ("m0", "m1"):
         h.room("lobby").send("core/juno", "core/kai", t)
     served.start()
-    pidfile = tmp_path / "sync.pid"
-    hook = os.path.join(served.hub.path, "hooks", "reference-transaction")
-    with open(hook, "w") as f:   # the hub kills the syncing process once m0 is in
-        f.write(f"#!/bin/sh\n[ \"$1\" = committed ] || exit 0\nkill -9 $(cat {pidfile})\n")
-    os.chmod(hook, 0o755)
-    p = subprocess.Popen([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
-    pidfile.write_text(str(p.pid))
-    p.communicate(timeout=60)
-    assert p.returncode == -signal.SIGKILL and texts(served.hub) == ["m0"]
-    os.unlink(hook)
+    _sync_killed_after(served, tmp_path, 1)
+    assert texts(served.hub) == ["m0"]
     doc, out = cli(served, tmp_path, "sync", "--drop", "1")
     assert doc["landed"] is True and [e["id"] for e in doc["queued"]] == [2], doc
     p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub", served.url, "sync", "--drop",
