@@ -207,12 +207,12 @@ def _header(data, note: str = ""):
     from rich.text import Text
     c = data["counts"]
     head = Text()
-    head.append(f" gitdrop board · {data['room']} ", style="bold reverse")
+    head.append(f" board · {data['room']} ", style="bold reverse")
     head.append(f"  {fmt.stamp(data['now'], '%H:%M:%S', local=True)} · "
                 f"{data['agents_total']} agents · {data['tasks_total']} tasks"
                 + (f" ({c['cancelled']} cancelled)" if c.get("cancelled") else "")
-                + f" · {len(data['questions'])} open questions · "
-                f"{len(data['handshakes'])} handshakes waiting")
+                + f" · {len(data['questions'])} questions · "
+                f"{len(data['handshakes'])} handshakes")   # 80 columns hold it whole
     if note:
         head.append("  " + note, style="yellow")
     return head

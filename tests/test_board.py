@@ -82,7 +82,7 @@ def test_once_prints_one_frame(seeded, tmp_path):
     out = r.out
     assert len(out.splitlines()) == 50
     assert max(len(line) for line in out.splitlines()) <= 160
-    for text in ("gitdrop board · lobby", "Agents (3)", "core/spartan", "core/kai",
+    for text in ("board · lobby", "Agents (3)", "core/spartan", "core/kai",
                  "#1 P2 Build the users", "in progress 1", "blocked 1", "pending 2",
                  "waiting for the stag", "waits on #2",
                  "Which port should the API listen on?", "owed by spartan (0/1)",
@@ -94,7 +94,10 @@ def test_once_prints_one_frame(seeded, tmp_path):
     assert "Agents (3)" in r2.out and len(r2.out.splitlines()) == 50
     # another room
     r3 = g.ok("board", "--once", "--room", "second", env={"COLUMNS": "120", "LINES": "30"})
-    assert "gitdrop board · second" in r3.out and "Draw the second" in r3.out
+    assert "board · second" in r3.out and "Draw the second" in r3.out
+    # the header whole at 80 columns (it was cut at "· 0 ")
+    r4 = g.ok("board", "--once", env={"COLUMNS": "80", "LINES": "30", "NO_COLOR": "1"})
+    assert "handshakes" in r4.out.splitlines()[0], r4.out.splitlines()[0]
 
 
 class Pane:
@@ -153,7 +156,7 @@ def test_live_board_in_a_terminal(seeded, tmp_path):
     try:
         pane.wait_for("Agents (3)", 20)
         first = pane.screen()
-        for text in ("gitdrop board · lobby", "core/spartan", "core/kai", "core/juno",
+        for text in ("board · lobby", "core/spartan", "core/kai", "core/juno",
                      "Build the users", "Migrate the datab", "waiting for the stag",
                      "Which port should the API", "owed by spartan"):
             assert text in first, text
@@ -182,7 +185,7 @@ def test_live_board_in_a_terminal(seeded, tmp_path):
 
         # r: the next room
         pane.keys("r")
-        pane.wait_for("gitdrop board · second", 5)
+        pane.wait_for("board · second", 5)
         assert "ui/lyra" in pane.screen() and "Draw the second" in pane.screen()
         # and its writes are followed now
         Gitdrop(seeded.path, str(tmp_path), agent="ui/lyra").ok(
