@@ -353,12 +353,39 @@ class Responder:
             for prefix in (KEY_ACK, KEY_ESCALATE):
                 if key.startswith(prefix):
                     answered[key[len(prefix):]] = c.time
+        senders = {oid: self._sender(oid) for oid in answered}
+        # What this machine's responders answered, kept beside the pending file: the
+        # walk reads back HISTORY_MAX commits at most, and in a room that busy the
+        # answers before them fell out of the count, past per_sender.
+        for when, sender, oid in self._answered_here():
+            if when >= since:
+                senders.setdefault(oid, sender)
         counts: dict[str, int] = {}
-        for oid in answered:
-            sender = self._sender(oid)
+        for sender in senders.values():
             if sender:
                 counts[sender] = counts.get(sender, 0) + 1
         return counts
+
+    def _answered_here(self) -> list[tuple[int, str, str]]:
+        data = files.read_plain(self.pending_path[:-len(".pending")] + ".answered", PENDING_MAX)
+        out = []
+        for line in (data or b"").decode("utf-8", "replace").splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit() and model.is_agent_id(parts[1]):
+                out.append((int(parts[0]), parts[1], parts[2]))
+        return out
+
+    def _note_answered(self, sender: str, oid: str) -> None:
+        """Keep this answer (and those still in the window) for _counts."""
+        since = self.room.clock() - self.rules["limits"]["window"]
+        kept = [x for x in self._answered_here() if x[0] >= since] + \
+            [(self.room.clock(), sender, oid)]
+        try:
+            os.makedirs(os.path.dirname(self.pending_path), exist_ok=True)
+            files.write_whole(self.pending_path[:-len(".pending")] + ".answered",
+                              "".join(f"{w} {a} {o}\n" for w, a, o in kept).encode(), 0o600)
+        except OSError:
+            pass   # the walk counts it, as before
 
     def _sender(self, oid: str) -> str:
         if oid not in self._senders:
@@ -416,6 +443,7 @@ class Responder:
         if answered:
             if not replayed:   # else the history's count has it (one per message)
                 counts[sender] = counts.get(sender, 0) + 1
+                self._note_answered(sender, oid)
             self.handled += 1
         return out
 

@@ -381,3 +381,20 @@ def test_the_status_comes_back_after_a_killed_responder_and_a_second_is_refused(
         _lines(again, lambda ev: ev["event"] == "stopped", 10)
         assert again.wait(10) == 0
     assert room.view().agent("core/spartan")["status"] == "coding the parser"
+
+
+def test_the_cap_per_sender_holds_past_the_history_the_count_reads(room, tmp_path,
+                                                                   monkeypatch):
+    """The answers were counted by walking back HISTORY_MAX commits (20,000): in a room
+    that busy within the window, earlier answers fell out of the count, and a sender got
+    answers (and the lead escalations) past per_sender."""
+    import gitdrop.autorespond as ar
+    monkeypatch.setattr(ar, "HISTORY_MAX", 5)   # a busy room, made small
+    path = rules_file(tmp_path, cap=2)
+    answered = 0
+    for n in range(4):
+        say(room, "core/kai", "core/spartan", f"note {n}")
+        for i in range(6):   # other work in the room pushes the answers back
+            room.set_status("core/juno", f"busy {n}.{i}")
+        answered += sum(e["event"] == "ack" for e in responder(room, path=path).run_once())
+    assert answered == 2
