@@ -598,10 +598,14 @@ class Room:
             out.append(ev)
         return out
 
-    def inbox(self, agent: str, limit: int = 20, peek: bool = False, fits=None) -> dict:
+    def inbox(self, agent: str, limit: int = 20, peek: bool = False, fits=None,
+              shown_first=None) -> dict:
         """Unread messages and notices, oldest first; marks what it returns as read.
         `fits`: given those `limit` lets through, how many of them (from the first)
-        to return; the rest stay unread, counted in `remaining`."""
+        to return; the rest stay unread, counted in `remaining`. `shown_first(result)`,
+        with `cursor` (where the read cursor then moves), is called before the mark:
+        shown first, a process killed between the two shows them again, never loses
+        them (the command line printed after the mark, and a kill there lost them)."""
         limit = count_arg("limit", limit)
         view = self.view()
         agent = self.resolve(agent, view)
@@ -620,6 +624,8 @@ class Room:
         if peek or not evs:
             return result
         new_cursor = shown[-1]["id"] if remaining else view.commit
+        if shown_first is not None:
+            shown_first(dict(result, cursor=new_cursor))
         n = sum(1 for e in shown if e["op"] == "send")
         result["commit"] = self._mark_read(agent, new_cursor, n, len(shown) - n).get("commit", "")
         return result

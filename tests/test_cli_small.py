@@ -386,3 +386,24 @@ def test_room_settings_line_up_and_say_what_each_means(gd, team):
     assert len({ln.index(str(model.DEFAULT_SETTINGS[ln.split()[0]])) + len(str(
         model.DEFAULT_SETTINGS[ln.split()[0]])) for ln in out}) == 1, out   # right-aligned
     assert all(len(ln.split()) > 2 for ln in out), out   # each says what it is
+
+
+# `gitdrop inbox`, dying as SIGKILL does right after its read cursor moved.
+_KILLED_AFTER_THE_MARK = (
+    "import os, sys\n"
+    "from gitdrop import core\n"
+    "mark = core.Room._mark_read\n"
+    "core.Room._mark_read = lambda *a, **k: (mark(*a, **k), os._exit(137))\n"
+    "from gitdrop.cli.main import main\n"
+    "sys.argv[0] = 'gitdrop'\n"
+    "main()\n")
+
+
+def test_an_inbox_killed_as_it_marks_its_messages_read_has_shown_them(gd, team):
+    """The messages were marked read, then printed: killed between the two, they were
+    never shown, and the next inbox said there was nothing new."""
+    team.send("core/juno", "core/spartan", "the build is red")
+    p = subprocess.run([sys.executable, "-c", _KILLED_AFTER_THE_MARK, "--as", "core/spartan",
+                        "inbox"], env=gd.env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 137 and "the build is red" in p.stdout, (p.stdout, p.stderr)
+    assert "nothing new" in gd.ok("--as", "core/spartan", "inbox").out

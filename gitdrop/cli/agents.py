@@ -254,20 +254,26 @@ def inbox(s: Scope,
           limit: Annotated[int, typer.Option(
               "--limit", "-n", min=0, help="At most this many (0: all).")] = 20):
     """What is waiting for you (messages and notices), oldest first; marks it read."""
-    r = s.room.inbox(s.agent, limit=limit, peek=peek)
+    said = []
 
-    def show():
-        msgs = r["messages"]
-        if not msgs:
-            print(f"nothing new for {r['agent']} in {s.room_name}")
-            return
-        print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
-              + (" (peek: still unread)" if peek else "") + ":")
-        for ev in msgs:
-            print(_event_line(ev))
-        if r["remaining"]:
-            print(f"{r['remaining']} more: run gitdrop inbox again")
-    s.emit(dict(r, room=s.room_name), show)
+    def say(r):
+        def show():
+            msgs = r["messages"]
+            if not msgs:
+                print(f"nothing new for {r['agent']} in {s.room_name}")
+                return
+            print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
+                  + (" (peek: still unread)" if peek else "") + ":")
+            for ev in msgs:
+                print(_event_line(ev))
+            if r["remaining"]:
+                print(f"{r['remaining']} more: run gitdrop inbox again")
+        s.emit(dict(r, room=s.room_name), show)
+        sys.stdout.flush()   # out before the read cursor moves
+        said.append(True)
+    r = s.room.inbox(s.agent, limit=limit, peek=peek, shown_first=say)
+    if not said:   # peek, or nothing new: no cursor moves
+        say(r)
 
 
 @command(app, "history")
