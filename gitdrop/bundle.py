@@ -291,7 +291,13 @@ def import_room(hub, path: str, name: str = "") -> dict:
                 if missing:   # a team claimed here meanwhile by another lead: the room
                     # would land naming a lead the registry does not have
                     _plan_again(hub, repo, teams_commit, new, missing)
-                moved_ref = store._cas(ref, old, new, f"import of room {room}", store._writer())
+                for _ in range(3):
+                    moved_ref = store._cas(ref, old, new, f"import of room {room}",
+                                           store._writer())
+                    # False with the ref where it was: a killed writer's lock, cleared
+                    # now (the first import after a kill said "moved" and did nothing)
+                    if moved_ref or store.tip(ref) != old:
+                        break
             if not moved_ref:
                 raise Conflict(f"room {room} moved in this hub while it was imported; "
                                "nothing was written", "run the import again: it is judged "

@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import tempfile
 
 import pygit2
@@ -722,3 +723,21 @@ def test_an_extension_is_not_dated_before_the_room_it_extends(source, tmp_path):
     # dated as made, after the room it extends: taken
     got, _ = cli(b.path, "room", "import", bundle)
     assert got["extended"] is True and got["commits"] == 1
+
+
+def test_an_import_after_one_killed_holding_the_rooms_lock_goes_through(source, tmp_path):
+    """A kill while the import held the new room's ref lock: the next import cleared
+    the dead lock, then said the room 'moved in this hub while it was imported' (exit
+    6) and wrote nothing; only a third run went through."""
+    b = hubmod.init(str(tmp_path / "b.git"))
+    bundle = str(tmp_path / "dev.bundle")
+    cli(source.path, "room", "export", "dev", bundle)
+    lock = os.path.join(b.path, "refs", "heads", "rooms", "dev.lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    with open(lock, "w"):   # as a killed writer leaves it: nobody holds it
+        pass
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    got, _ = cli(b.path, "room", "import", bundle)
+    assert got["commits"] > 5 and b.store.tip("refs/heads/rooms/dev") == \
+        source.store.room_tip("dev")
+    assert not os.path.exists(lock)
