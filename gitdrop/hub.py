@@ -473,6 +473,14 @@ class Hub:
             "room-archive", now=now, room=room, tip=tip)
         return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
 
+    def _record_found(self, room: str, now: int) -> None:
+        tip = self.store.tip(model.ARCHIVE_PREFIX + room)
+        pinned = self._view_at(room, tip).room["pinned"]
+        self._hub_commit(REAPER, {self._record_path(room): fmt.dumps_toml(
+            {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
+            f"room {room} found archived without its record (a move cut short): recorded "
+            "now, its expiry runs from now", "room-archive", now=now, room=room, tip=tip)
+
     def restore_room(self, room: str, by: str) -> dict:
         ref, _tip, view = self._locate(room)
         if not ref.startswith(model.ARCHIVE_PREFIX):
@@ -678,7 +686,7 @@ class Hub:
         ref = model.ARCHIVE_PREFIX + room
         tip = self.store.tip(ref)
         when = self._room_commit(ref, tip).time if tip else 0
-        return {"name": room, "archived": when, "tip": tip, "pinned": False}
+        return {"name": room, "archived": when, "tip": tip, "pinned": False, "missing": True}
 
     # --- rooms: reading ---------------------------------------------------------------
     def rooms(self, status: str = "active") -> list[dict]:
@@ -722,6 +730,8 @@ class Hub:
                     row.update(pinned=bool(rec.get("pinned")), archived_at=rec["archived"],
                                expires=None if rec.get("pinned") or expiry <= 0
                                else rec["archived"] + expiry * DAY, health="archived")
+                    if rec.get("missing"):
+                        row["unrecorded"] = True
                 out.append(row)
         return out
 
@@ -786,6 +796,13 @@ class Hub:
                 judged[0] += 1
                 if progress is not None:
                     progress(judged[0], judged[1])
+                if r.get("unrecorded"):
+                    # archived by a process killed before it wrote the record: when,
+                    # and whether pinned, is not known, so its expiry runs from now
+                    # (from its last commit, a long idle room went at the next reap)
+                    if not dry:
+                        self._record_found(r["room"], now)
+                    continue
                 if now - r[since] < days * DAY:
                     continue
                 if r["pinned"]:

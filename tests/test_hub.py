@@ -415,6 +415,21 @@ def test_archives_expire_unless_pinned(h, clock, proj):
     assert h.reap()["destroyed"] == []
 
 
+def test_an_archive_killed_before_its_record_is_not_expired_from_the_room_s_last_commit(
+        h, clock, proj):
+    """Killed between the ref's move and the hub's record, a room counted as archived
+    at its last commit: one long idle went at the next reap, its pin lost."""
+    clock.advance(200 * DAY)   # long idle, then archived by a process killed midway
+    h._move(h.store.room_ref("proj"), model.ARCHIVE_PREFIX + "proj", "archived by core/juno")
+    assert h.reap()["destroyed"] == []
+    author, when, op, subject = hub_log(h)[0]
+    assert (author, op) == ("hub/reaper", "room-archive") and "without its record" in subject
+    clock.advance(90 * DAY - 1)
+    assert h.reap()["destroyed"] == []
+    clock.advance(1)
+    assert h.reap()["destroyed"] == ["proj"]   # 90 days from when it was found
+
+
 def test_destroy_is_refused_for_a_non_lead_and_needs_every_lead(h, proj):
     tip = h.store.room_tip("proj")
     for who in ("core/kai", "web/spartan", "ops/olga", ""):
