@@ -456,16 +456,21 @@ class Hub:
     def archive_room(self, room: str, by: str, why: str = "") -> dict:
         """Move rooms/<room> to refs/archive/rooms/<room> (history kept, readable,
         restorable) and record it on the hub branch. A lead of the room."""
-        ref, _tip, view = self._locate(room)
+        ref, tip, view = self._locate(room)
         if ref != self.store.room_ref(room):
+            if self._archive_record(room).get("missing"):
+                # the archive a killed process began (its move finished since): the
+                # same call finishes it, recording it as it would have
+                by = self._require_lead(view, by, "archive")
+                return self._archive(room, by, why, self.clock(), moved=tip)
             raise Refusal("format", f"room {room!r} is already archived",
                           f"restore it with gitdrop room restore {room}")
         by = self._require_lead(view, by, "archive")
         return self._archive(room, by, why, self.clock())
 
-    def _archive(self, room: str, by: str, why: str, now: int) -> dict:
+    def _archive(self, room: str, by: str, why: str, now: int, moved: str = "") -> dict:
         ref = self.store.room_ref(room)
-        tip = self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
+        tip = moved or self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
         pinned = self._view_at(room, tip).room["pinned"]
         self._hub_commit(by, {self._record_path(room): fmt.dumps_toml(
             {"name": room, "archived": now, "tip": tip, "pinned": pinned})},

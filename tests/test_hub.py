@@ -430,6 +430,19 @@ def test_an_archive_killed_before_its_record_is_not_expired_from_the_room_s_last
     assert h.reap()["destroyed"] == ["proj"]   # 90 days from when it was found
 
 
+def test_archiving_again_finishes_an_archive_a_killed_process_began(h, clock, proj):
+    """The move finished (by the next process to open the hub), the record not: the
+    same command again said 'already archived', and no record was ever written."""
+    h._move(h.store.room_ref("proj"), model.ARCHIVE_PREFIX + "proj", "archived by core/juno")
+    r = h.archive_room("proj", "core/juno")
+    assert r["archived"] is True
+    author, _when, op, subject = hub_log(h)[0]
+    assert (author, op) == ("core/juno", "room-archive"), subject
+    with pytest.raises(Refusal) as e:   # and now it is archived, recorded
+        h.archive_room("proj", "core/juno")
+    assert "already archived" in e.value.reason
+
+
 def test_destroy_is_refused_for_a_non_lead_and_needs_every_lead(h, proj):
     tip = h.store.room_tip("proj")
     for who in ("core/kai", "web/spartan", "ops/olga", ""):
