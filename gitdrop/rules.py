@@ -901,7 +901,7 @@ def _check_task_move(before, c, changes, ctx, op):
                     "pick another task (gitdrop task list --state pending)")
         _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
                 f"{' or '.join(frm)}", machine.legal_moves(old["state"], old,
-                                                           _roles(before, c.author, old)))
+                                                           task_roles(before, old, c.author)))
     want = machine.target(move, old)
     if new["state"] != want:
         _refuse("task-state-machine", c, f"{move} takes task {tid} from {old['state']} to "
@@ -1196,21 +1196,6 @@ def _check_task_lease(before, c, old, new, tid, ctx, move):
             _refuse("task-lease", c, f"the lease runs {new['lease_until'] - base}s; the room "
                     f"allows {s['max_task_lease']}s", f"set lease_until at most "
                     f"{s['max_task_lease']}s ahead (gitdrop task renew ID --for SECONDS)")
-
-
-def _roles(view, author: str, task: dict) -> set:
-    """What `author` is to `task`, as the state machine's table names it (to say
-    which moves it may make; the move's own checks still decide)."""
-    roles = {"member"}
-    if author == task["assignee"]:
-        roles.add("assignee")
-    if author == task["creator"]:
-        roles.add("creator")
-    if view.leads_for(author, task["creator"], task["assignee"]):
-        roles |= {"lead", "reviewer"}
-    if author == task.get("reviewer") and author != task["assignee"]:
-        roles.add("reviewer")
-    return roles
 
 
 def _lease_base(c, ctx) -> int:
