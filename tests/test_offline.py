@@ -1148,3 +1148,6 @@ def test_a_room_the_hub_moved_back_is_said_so(served, tmp_path, capfd):
     h.room("lobby").send("core/juno", "core/kai", "three")   # moving on is said nothing of
     h.store.refresh(force=True)
     assert "moved back" not in capfd.readouterr().err
+    # what the hub prints itself ("remote: ...") is not taken for git's own report
+    lie = "remote:  + 1234567...89abcde rooms/x -> refs/gitdrop/tips/rooms/\x1b[2Jx (forced update)"
+    assert remote._moved_back(lie) == []

@@ -120,19 +120,12 @@ class Queue:
             pass
 
     def _last(self) -> int:
-        try:
-            with open(os.path.join(self.dir, LAST), encoding="ascii") as f:
-                text = f.read(32).strip()
-            return int(text) if text.isdigit() else 0
-        except (OSError, UnicodeDecodeError):
-            return 0
+        text = (files.read_plain(os.path.join(self.dir, LAST), 32) or b"").strip()
+        return int(text) if text.isdigit() else 0
 
     def _set_last(self, seq: int) -> None:
-        path = os.path.join(self.dir, LAST)
-        try:
-            with open(path + ".tmp", "w") as f:
-                f.write(f"{seq}\n")
-            os.replace(path + ".tmp", path)
+        try:   # as save(): through a new file, not a predictable .tmp a link may hold
+            files.write_whole(os.path.join(self.dir, LAST), f"{seq}\n".encode(), 0o600)
         except OSError:
             pass   # numbered from the entries and refs, as before
 

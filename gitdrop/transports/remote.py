@@ -651,7 +651,8 @@ class RemoteStore(Store):
                 self._fetch(SYNC_REFSPECS)
         synced, refused, tried = [], [], set()
         while True:
-            _let_in(self.path)
+            if self._depth == 0:   # (a caller holding the lock would wait on itself)
+                _let_in(self.path)
             with self.locked():
                 todo = self._to_send(retry, tried)
                 if not todo:
@@ -1017,13 +1018,25 @@ def _open(path: str) -> int:
 def _let_in(mirror: str) -> None:
     """Between two writes of a sync: wait until the commands that were waiting for
     the mirror's lock have it (each holds the .waiting file shared while it waits).
-    flock is not fair: the sync took the lock again at once, and they waited on."""
+    flock is not fair: the sync took the lock again at once, and they waited on.
+    At most LET_IN seconds: a waiter stopped (SIGSTOP) would hold the sync for ever."""
     import fcntl
     fd = _open(os.path.join(mirror, "gitdrop-remote.lock" + WAITING))
+    end = time.monotonic() + LET_IN
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    return
+                time.sleep(0.01)
     finally:
         os.close(fd)
+
+
+LET_IN = 5.0
 
 
 def _say_waiting(url: str) -> None:
@@ -1099,10 +1112,14 @@ def _moved_back(stderr: str) -> list[str]:
     the ref that records it; our own writes never move those back)."""
     out = []
     for line in stderr.splitlines():
-        if "(forced update)" in line and " -> " + HUB_TIPS in line:
+        # git's own lines only: the hub's words come prefixed "remote:", and may say
+        # anything (a room name that is no name, with terminal escapes in it)
+        if "(forced update)" in line and " -> " + HUB_TIPS in line and \
+                not line.lstrip().startswith("remote:"):
             name = line.split(" -> " + HUB_TIPS, 1)[1].split()[0]
-            if name.startswith(model.ROOM_PREFIX[len("refs/heads/"):]):
-                out.append(name[len(model.ROOM_PREFIX) - len("refs/heads/"):])
+            room = name[len(model.ROOM_PREFIX) - len("refs/heads/"):]
+            if name.startswith(model.ROOM_PREFIX[len("refs/heads/"):]) and model.is_name(room):
+                out.append(room)
     return out
 
 
