@@ -370,7 +370,7 @@ class Room:
         # What it still holds: anyone may reap those now (its lease ends as it leaves);
         # said, since a lead could neither assign nor release them.
         r["held"] = [str(t["id"]) for t in self.list_tasks(assignee=target)
-                     if t["state"] not in ("pending", "review")]
+                     if t["state"] in machine.MOVES["reap"][0]]
         return r
 
     @combinable(prepared=True)

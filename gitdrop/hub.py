@@ -478,14 +478,6 @@ class Hub:
             "room-archive", now=now, room=room, tip=tip)
         return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
 
-    def _record_found(self, room: str, now: int) -> None:
-        tip = self.store.tip(model.ARCHIVE_PREFIX + room)
-        pinned = self._view_at(room, tip).room["pinned"]
-        self._hub_commit(REAPER, {self._record_path(room): fmt.dumps_toml(
-            {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
-            f"room {room} found archived without its record (a move cut short): recorded "
-            "now, its expiry runs from now", "room-archive", now=now, room=room, tip=tip)
-
     def restore_room(self, room: str, by: str) -> dict:
         ref, _tip, view = self._locate(room)
         if not ref.startswith(model.ARCHIVE_PREFIX):
@@ -806,7 +798,9 @@ class Hub:
                     # and whether pinned, is not known, so its expiry runs from now
                     # (from its last commit, a long idle room went at the next reap)
                     if not dry:
-                        self._record_found(r["room"], now)
+                        self._archive(r["room"], REAPER, "found archived without its "
+                                      "record: its expiry runs from now", now,
+                                      moved=self.store.tip(model.ARCHIVE_PREFIX + r["room"]))
                     continue
                 if now - r[since] < days * DAY:
                     continue
