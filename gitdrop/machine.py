@@ -88,6 +88,12 @@ def move_to(task: dict, status: str) -> str:
     return ""
 
 
+def hand_in(task: dict) -> str:
+    """The move that hands in a task's work: submit (to review), or complete when it
+    was made without review."""
+    return "submit" if task.get("review", True) else "complete"
+
+
 def legal_moves(state: str, task: dict | None = None, roles=None) -> str:
     """What may happen next to a task in `state`, in words (for refusals): with the
     task, only the ends its review setting allows; with `roles` (what the caller is
@@ -96,7 +102,7 @@ def legal_moves(state: str, task: dict | None = None, roles=None) -> str:
     for m, (frm, to, who, _f) in MOVES.items():
         if state not in frm or to == "same" or m == "sign":
             continue   # edit, renew, sign: no change of state
-        if task is not None and m == ("complete" if task.get("review", True) else "submit"):
+        if task is not None and m in ("submit", "complete") and m != hand_in(task):
             continue
         if roles is not None and (not set(who) & set(roles) or
                                   (m == "reap" and "assignee" in roles)):

@@ -305,7 +305,7 @@ class Worker:
         renewer.stop()
         note, extra = _note(result)
         note = self._fit(tid, note)
-        move = "complete" if not task["review"] else "submit"
+        move = machine.hand_in(task)
         try:
             r = self.room.move_task(self.agent, tid, move, note=note)
         except GitdropError as e:   # refused, or the room kept moving

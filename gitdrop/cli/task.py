@@ -141,8 +141,8 @@ def ready(s: Scope,
             return
         tid = r["task"]
         if r["state"] == "in_progress":   # started already: what ends it is next
-            step = s.again(f"task {'submit' if s.room.task(tid)['review'] else 'complete'} "
-                           f"{tid}", s.room_name)
+            from ..machine import hand_in
+            step = s.again(f"task {hand_in(s.room.task(tid))} {tid}", s.room_name)
         else:
             step = s.again(f"task start {tid}", s.room_name)
         s.emit(r, (f"claimed task {tid}: {r['title']} [{short_id(r['commit'])}]"
