@@ -43,7 +43,8 @@ def model_next(t, agent, move, assignee):
     if move == "ask":
         return ("feedback", None) if s in ("assigned", "in_progress") and owner else None
     if move == "answer":
-        return ("in_progress", None) if s == "feedback" and (creator or lead) else None
+        # back to where it was asked from, as an unblock returns it
+        return (t["resume"], None) if s == "feedback" and (creator or lead) else None
     if move == "cancel":
         return ("cancelled", None) if s in OPEN and (creator or lead) else None
     if move == "sign":
@@ -98,7 +99,7 @@ class TaskMachine(RuleBasedStateMachine):
         assert accepted == (want is not None), (tid, dict(t), agent, move)
         if accepted:
             state, who = want
-            if move == "block":
+            if move in ("block", "ask"):
                 t["resume"] = t["state"]
             if move == "retry":
                 t["retries"] += 1
@@ -160,7 +161,7 @@ def test_every_move_once(tmp_path):
                                    (kai, "retry", {}, "assigned"), (kai, "cancel", {}, "cancelled")]:
         assert r.move_task(agent, t2, move, **kw)["state"] == state, move
     assert r.task(t)["priority"] == 2 and r.task(t2)["retries"] == 1
-    r.update_room(LEAD, "room-settings", "leases end at once", settings={"task_lease": 0})
+    r.update_room("hub/admin", "room-settings", "leases end at once", settings={"task_lease": 0})
     t3 = r.create_task(kai, "third")["id"]
     for agent, move, kw, state in [(sp, "claim", {}, "assigned"), (kai, "reap", {}, "pending")]:
         assert r.move_task(agent, t3, move, **kw)["state"] == state, move
