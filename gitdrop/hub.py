@@ -338,15 +338,17 @@ class Hub:
         ids = view.agent_ids() + list(view.room["leads"].values())
         return by_short_name(by, ids) or by
 
-    def _require_lead(self, view: RoomView, by: str, what: str) -> str:
+    def _require_lead(self, view: RoomView, by: str, what: str, leads=None) -> str:
         by = self._actor(view, by)
-        leads = self.leads_of(view)
+        leads = self.leads_of(view) if leads is None else leads
         if by not in leads and not model.is_hub_identity(by):
+            whose = f"its leads ({', '.join(leads)}) and the hub's operator" if leads else \
+                "the hub's operator" + (" (an open room: any team's lead may join it)"
+                                        if view.room["open"] else "")
             raise Refusal("lead-only", f"{by or 'nobody'} may not {what} room {view.name!r}: "
-                          f"that is for its leads ({', '.join(leads) or 'none yet'}) and the "
-                          "hub's operator", f"ask {' or '.join(leads)}" if leads else
-                          f"ask the hub's operator (gitdrop room {what} {view.name} "
-                          "--as hub/admin, on the hub's machine)")
+                          f"that is for {whose}", f"ask {' or '.join(leads)}" if leads else
+                          f"ask the hub's operator (gitdrop room {what} {view.name}, on the "
+                          "hub's machine)")
         return by
 
     # --- rooms: lifecycle ------------------------------------------------------------
@@ -494,8 +496,8 @@ class Hub:
         each lead's call records their consent; the last one deletes the ref. In a
         room without team leads, one of its leads decides."""
         ref, tip, view = self._locate(room)
-        by = self._require_lead(view, by, "destroy")
         leads = sorted(set(view.room["leads"].values()))
+        by = self._require_lead(view, by, "destroy", leads)   # an open room's too: below
         if view.room["open"]:
             # any team's lead may join an open room: a stranger who made a team and
             # joined was its only recorded lead, and destroyed it and its history alone

@@ -1465,10 +1465,17 @@ def _check_room_settings(before, c, changes, ctx, op):
     if teams is not None:
         _registry_leads(c, new, old["leads"], teams)
     lead = c.author in room_leads(before) or model.is_hub_identity(c.author)
-    if not lead and not _self_join(old, new, c.author) and not _resync(old, new, c.author, teams):
-        _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r}"
-                + ("" if old["open"] else " (a closed room: its leads add teams)"),
-                "ask a lead of the room to change it"
+    if not lead and not _self_join(old, new, c.author) and \
+            not _resync(old, new, c.author, teams) and not _own_leave(old, new, c.author):
+        if old["open"]:
+            _refuse("lead-only", c, f"room {before.name!r} is open (any team's lead may join "
+                    f"it), so its settings, pin and archive are the hub's operator's, not "
+                    f"{c.author}'s; a team's lead there adds or takes out its own team only",
+                    "ask the hub's operator (on the hub's machine, gitdrop room commands act "
+                    "as the operator), or run your team's work in a closed room of its own "
+                    "(gitdrop room create NAME --team TEAM)")
+        _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r} (a closed "
+                "room: its leads add teams)", "ask a lead of the room to change it"
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
@@ -1501,10 +1508,25 @@ def _check_settings(c, room):
 
 
 def room_leads(view) -> list[str]:
-    """Who runs a room (its settings, archive, pin, destroy): the leads of its member
-    teams recorded in room.toml (from the hub's team registry). A room without one
-    is run by the hub's operator (hub/admin) alone."""
-    return sorted(set(view.room["leads"].values()))
+    """Who runs a room (its settings, pin, archive, restore), beside the hub's
+    operator: the leads of its member teams recorded in room.toml (from the hub's
+    team registry). Nobody in an open room: any team's lead may join one, so a
+    stranger who made a team and joined the lobby archived it, or turned its loop
+    guard off, for everyone; there a lead acts for its own team only."""
+    return [] if view.room["open"] else sorted(set(view.room["leads"].values()))
+
+
+def _own_leave(old, new, author) -> bool:
+    """`author`, the lead recorded for its own team, takes that team out of the room
+    (or only its lead entry), and changes nothing else."""
+    team = model.split_agent(author)[0]
+    if old["leads"].get(team) != author:
+        return False
+    leads = {k: v for k, v in old["leads"].items() if k != team}
+    rest = {k: v for k, v in old.items() if k not in ("teams", "leads")}
+    return new["leads"] == leads and {k: v for k, v in new.items()
+                                      if k not in ("teams", "leads")} == rest and \
+        new["teams"] in (old["teams"], [t for t in old["teams"] if t != team])
 
 
 def _own_lead_only(old, new, author, joins: bool) -> bool:

@@ -239,7 +239,7 @@ def test_a_person_is_never_answered_for(room, tmp_path):
 
 
 def test_the_loop_guard_refusal_is_reported_not_raised(hub, room, tmp_path):
-    hub.room_settings("lobby", "core/juno", {"loop_cap": 1})
+    hub.room_settings("lobby", "hub/admin", {"loop_cap": 1})
     room.send("core/spartan", "core/kai", "Off until Monday.")   # spartan's one message
     room.inbox("core/kai")
     room.send("core/kai", "core/spartan", "ok, noted")
@@ -309,7 +309,7 @@ def test_questions_refused_by_the_loop_guard_stay_pending_until_they_pass(hub, r
     now, and a later round passes them on, once per message."""
     for q in ("Why is CI red?", "How do I run the migrations?", "Where is the config?"):
         room.send("core/kai", "core/spartan", q)
-    hub.room_settings("lobby", "core/juno", {"loop_cap": 2, "loop_window": 2})
+    hub.room_settings("lobby", "hub/admin", {"loop_cap": 2, "loop_window": 2})
     r = responder(room, path=rules_file(tmp_path, as_="message", cap=10))
     evs = r.run_once()
     assert ("refused", "loop-guard") in [(e["event"], e.get("rule")) for e in evs]

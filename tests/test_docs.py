@@ -38,11 +38,12 @@ BIN = os.path.dirname(sys.executable)
 
 # The context a page's blocks assume, run before each of its blocks (after `gitdrop init`).
 PREAMBLES = {
-    # the loop guard's settings are changed by a lead of the room
+    # the loop guard's settings are changed by a lead of the room: a closed one's (an
+    # open room's, such as the lobby, are the operator's)
     "docs/HUB.md": """
         gitdrop register core/juno --role lead
-        gitdrop --as core/juno room join lobby --team core
-        export GITDROP_AGENT=core/juno
+        gitdrop room create proj --team core >/dev/null
+        export GITDROP_AGENT=core/juno GITDROP_ROOM=proj
     """,
     # the hand-written task is committed as a registered agent
     "docs/PROTOCOL.md": "gitdrop register core/spartan --role coder",

@@ -190,9 +190,9 @@ def test_archive_and_the_fsync_method_clear_a_dead_lock(tmp_path):
     """libgit2's paths: a room move (a transaction) and a write with method fsync."""
     h, r = _hub(tmp_path, grace=0.2)
     _stale(_lock(h, "refs/archive/rooms/r"))
-    h.archive_room("r", "t/ann")
+    h.archive_room("r", "hub/admin")
     assert h.store.tip("refs/archive/rooms/r")
-    h.restore_room("r", "t/ann")
+    h.restore_room("r", "hub/admin")
     h2, r2 = _hub(tmp_path / "fsync", method="fsync", grace=0.2)
     _stale(_lock(h2))
     r2.send("t/ann", "t/bob", "through libgit2")

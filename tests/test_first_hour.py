@@ -42,7 +42,7 @@ def test_a_target_that_has_not_acked_is_told_to_ack(gd, team):
 
 
 def test_a_message_over_the_limit_is_sent_where_it_fits(gd, team):
-    team.update_room("core/juno", "room-settings", "small", settings={"max_message": 100})
+    team.update_room("hub/admin", "room-settings", "small", settings={"max_message": 100})
     doc = gd.refused(3, "size-limit", "send", "spartan", "-m", "x" * 200)
     assert "task" in doc["fix"] and "context" not in doc["fix"]
 
@@ -78,7 +78,9 @@ def test_the_pusher_is_told_how_to_recommit(hub, team, clone):
 def test_room_settings_from_the_command_line(gd, team):
     doc = gd.js("room", "settings")
     assert doc["settings"]["loop_cap"] == 60 and doc["overrides"] == {}
-    doc = gd.js("room", "settings", "loop_cap", "5", "loop_window=30")
+    # the lobby is open: its settings are the hub's operator's
+    gd.refused(3, "lead-only", "room", "settings", "loop_cap", "5")
+    doc = gd.js("--as", "hub/admin", "room", "settings", "loop_cap", "5", "loop_window=30")
     assert doc["overrides"] == {"loop_cap": 5, "loop_window": 30}
     assert team.view().settings["loop_cap"] == 5
     assert "(set here; default 60)" in gd.ok("room", "settings").out

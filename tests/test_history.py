@@ -164,7 +164,7 @@ for i in range(10):
 def test_racing_retries_with_one_key_land_once(hub, lobby, tmp_path):
     """Two processes send the same keyed operations at once: each lands once."""
     lobby.register("core/juno", ["lead"])
-    lobby.update_room("core/juno", "room-settings", "no cap", settings={"loop_cap": 0})
+    lobby.update_room("hub/admin", "room-settings", "no cap", settings={"loop_cap": 0})
     outs = [out.split("\n") for out in race(tmp_path, hub.path, KEYED, [[]] * 2)]
     a, b = ([line.split()[0] for line in out if line] for out in outs)
     assert a == b                                   # both were told the same commits

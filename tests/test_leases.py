@@ -144,7 +144,7 @@ def test_an_agent_holds_at_most_max_leases_and_settings_that_stop_every_claim_ar
     """No bound on one agent's path leases: 3,000 of them held the hook 65 s, and every
     teammate's guarded commit 10 s. And a task_lease past max_task_lease was taken,
     after which every claim was refused, and `ready --claim` said nothing was ready."""
-    team.update_room("core/juno", "room-settings", "few leases", settings={"max_leases": 3})
+    team.update_room("hub/admin", "room-settings", "few leases", settings={"max_leases": 3})
     for i in range(3):
         team.take_lease("core/kai", f"d{i}/**")
     with pytest.raises(Refusal) as e:
@@ -154,7 +154,7 @@ def test_an_agent_holds_at_most_max_leases_and_settings_that_stop_every_claim_ar
     team.release_lease("core/kai", "d0/**")
     team.take_lease("core/kai", "d4/**")
     with pytest.raises(Refusal) as e:
-        team.update_room("core/juno", "room-settings", "long leases",
+        team.update_room("hub/admin", "room-settings", "long leases",
                          settings={"task_lease": 7200, "max_task_lease": 3600})
     assert e.value.rule == "format" and "max_task_lease" in e.value.reason
 
@@ -201,7 +201,7 @@ def test_push_overlap_refused_shared_coexist(hub, team, clone):
 
 
 def test_push_expiry_is_the_hubs_clock_not_the_pushers_date(hub, team, clone):
-    team.update_room("core/juno", "room-settings", "wide clock skew",
+    team.update_room("hub/admin", "room-settings", "wide clock skew",
                      settings={"clock_skew": 600, "loop_window": 3600})
     now = int(time.time())
     # A lease that ran out 100s ago by the hub's clock no longer blocks.

@@ -498,7 +498,7 @@ def test_a_hub_without_rooms_is_watched_from_its_first_room_on(tmp_path):
         room.send("core/juno", "kai", "again")
         _until(lambda: len(got) == 2)
         assert n.scans - scans <= 2          # one ref move, one wake (not five)
-        h.archive_room("fresh", "core/juno")
+        h.archive_room("fresh", "hub/admin")
         time.sleep(0.3)
     assert [e["text"] for e in got] == ["first words", "again"]
 

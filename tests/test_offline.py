@@ -333,7 +333,7 @@ def test_a_burst_the_loop_guard_holds_back_waits_in_line_for_the_next_sync(serve
     hub refused the rest, and each was marked refused, to be retried by hand one a
     sync, landing out of order. Now the sync stops there, and the next one, once the
     window has passed, sends the rest in order."""
-    served.hub.room_settings("lobby", "core/juno", {"loop_cap": 2, "loop_window": 3})
+    served.hub.room_settings("lobby", "hub/admin", {"loop_cap": 2, "loop_window": 3})
     h = client(served, tmp_path)
     h.room("lobby").who()
     served.stop()

@@ -35,7 +35,7 @@ def _killed(p: subprocess.CompletedProcess) -> None:
 MOVER = """
     import os, signal, sys
     from gitdrop import hub as hubmod
-    path, action, step, by = (sys.argv[1:] + ["t/ann"])[:4]
+    path, action, step, by = (sys.argv[1:] + ["hub/admin"])[:4]
     def reached(name):
         if name == step:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -82,14 +82,14 @@ def test_an_archive_killed_at_any_step_is_finished_by_the_next_open(tmp_path, st
     assert not _journal(path)
     h = hubmod.Hub(path)
     assert [x["room"] for x in h.rooms("archived")] == ["r"] and h.rooms("active") == []
-    h.restore_room("r", "t/ann")   # and the room lives on
+    h.restore_room("r", "hub/admin")   # and the room lives on
     h.room("r").send("t/bob", "t/ann", "after the move")
     assert _refs(path)[1] == ""
 
 
 def test_a_restore_killed_between_its_two_refs_is_finished(tmp_path):
     path, tip = _room_hub(tmp_path)
-    hubmod.Hub(path).archive_room("r", "t/ann")
+    hubmod.Hub(path).archive_room("r", "hub/admin")
     _killed(_child(MOVER, path, "restore_room", "created"))
     store = hubmod.Store(path)
     assert store.tip(ROOM_REF) == tip and store.tip(ARCHIVED) == tip

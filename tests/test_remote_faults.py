@@ -196,7 +196,7 @@ def test_an_archived_room_whose_ref_names_a_blob_is_damaged_not_a_traceback(tmp_
     h = hubmod.init(path)
     h.create_room("hub/admin", "dev", [], open_=True)
     h.room("dev").register("core/juno", ["lead"])
-    h.archive_room("dev", "core/juno")
+    h.archive_room("dev", "hub/admin")
     blob = subprocess.run(["git", "--git-dir", path, "hash-object", "-w", "--stdin"],
                           input="not a commit\n", capture_output=True, text=True,
                           check=True).stdout.strip()

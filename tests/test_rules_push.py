@@ -274,7 +274,7 @@ def test_contract_owner_and_version(hub, team, clone):
 
 
 def test_loop_guard(hub, team, clone):
-    team.update_room("core/juno", "room-settings", "loop cap 2",
+    team.update_room("hub/admin", "room-settings", "loop cap 2",
                      settings={"loop_cap": 2, "loop_window": 3600})
     team.send("core/kai", "all", "one")
     team.send("core/kai", "all", "two")

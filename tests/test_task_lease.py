@@ -138,7 +138,7 @@ def _push(c, env=None):
 
 
 def test_a_pushed_reap_is_judged_by_the_hub_clock(hub, team, clone):
-    team.update_room("core/juno", "room-settings", "short leases", settings={"task_lease": 12})
+    team.update_room("hub/admin", "room-settings", "short leases", settings={"task_lease": 12})
     t = team.create_task("core/juno", "x")["id"]
     c = clone("core/kai")
     team.move_task("core/spartan", t, "claim")
@@ -204,7 +204,7 @@ time.sleep(600)
 
 
 def test_a_killed_worker_s_task_is_reaped_and_done_by_another(hub, team):
-    team.update_room("core/juno", "room-settings", "short leases", settings={"task_lease": 6})
+    team.update_room("hub/admin", "room-settings", "short leases", settings={"task_lease": 6})
     t = team.create_task("core/juno", "x")["id"]
     p = subprocess.Popen([sys.executable, "-c", WORKER, hub.path, t], stdout=subprocess.PIPE,
                          text=True, cwd=os.path.dirname(os.path.dirname(__file__)))

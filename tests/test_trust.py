@@ -623,7 +623,7 @@ def test_a_pushed_room_by_someone_else_than_the_pusher_is_refused(hub, tmp_path)
 # --- time: dates are the pusher's word -------------------------------------------------
 
 def test_back_dated_messages_do_not_slip_past_the_loop_guard(hub, team, clone):
-    team.update_room("core/juno", "room-settings", "cap",
+    team.update_room("hub/admin", "room-settings", "cap",
                      settings={"loop_cap": 5, "loop_window": 60})
     c = clone("core/spartan")
     team.inbox("core/spartan")
@@ -1010,6 +1010,50 @@ def test_in_an_open_room_a_lead_acts_for_its_own_team_and_the_unled(hub, lobby, 
         proj.register(a)
     v = proj.create_task("core/juno", "core's", assignee="core/spartan")["id"]
     assert proj.move_task("evil/eve", v, "cancel", note="a lead here")["state"] == "cancelled"
+
+
+def test_a_stranger_s_lead_runs_nothing_of_an_open_room(hub, lobby, clone):
+    """Registering as the lead of a team of one's own joins it to the open lobby, and
+    made that stranger a lead of the room: it archived the lobby, or turned its loop
+    guard off, for everyone. An open room's settings, pin, archive and restore are
+    now the hub's operator's; a team's lead there adds and takes out its own team."""
+    from test_rules_push import attempt
+    lobby.register("core/juno", ["lead"])
+    lobby.register("evil/eve", ["lead"])
+    assert lobby.view().room["leads"] == {"core": "core/juno", "evil": "evil/eve"}
+    for call in (lambda: hub.room_settings("lobby", "evil/eve", {"loop_cap": 0}),
+                 lambda: hub.pin_room("lobby", "evil/eve"),
+                 lambda: hub.archive_room("lobby", "evil/eve"),
+                 lambda: hub.room_settings("lobby", "core/juno", {"loop_cap": 0})):
+        before = lobby.store.room_tip("lobby")
+        with pytest.raises(Refusal) as e:
+            call()
+        assert e.value.rule == "lead-only" and "operator" in e.value.reason + e.value.fix, \
+            e.value
+        assert lobby.store.room_tip("lobby") == before
+    # nor by a raw push of room.toml
+    c = clone("evil/eve")
+    text = c.read(model.ROOM_FILE).replace("[settings]", "[settings]\nloop_cap = 0")
+    c.write(model.ROOM_FILE, text).commit(fmt.format_message(
+        "no more loop guard", "", [("op", "room-settings")]))
+    err = attempt(hub, c, "lead-only")
+    assert "open" in err and "operator" in err
+    # an archived open room is restored by the operator alone too
+    hub.archive_room("lobby", "hub/admin")
+    with pytest.raises(Refusal) as e:
+        hub.restore_room("lobby", "evil/eve")
+    assert e.value.rule == "lead-only"
+    hub.restore_room("lobby", "hub/admin")
+    # the operator runs it; a team's lead takes its own team out
+    assert hub.room_settings("lobby", "hub/admin", {"loop_cap": 7})["settings"]["loop_cap"] == 7
+    assert hub.leave_room("evil", "lobby", by="evil/eve")["left"]
+    assert lobby.view().room["leads"] == {"core": "core/juno"}
+    with pytest.raises(Refusal) as e:   # and no other
+        hub.leave_room("core", "lobby", by="evil/eve")
+    # a closed room's leads still run it
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    assert hub.room_settings("proj", "core/juno", {"loop_cap": 3})["settings"]["loop_cap"] == 3
+    assert hub.archive_room("proj", "core/juno")["archived"]
 
 
 def test_an_answer_returns_a_task_to_where_it_was_asked_from(proj, hub, clone):

@@ -280,7 +280,7 @@ def test_archive_is_replayed_in_order(tmp_path):
     h, r = _hub(tmp_path)
     path = h.store.path
     tip = h.store.room_tip("r")
-    h.archive_room("r", "t/ann")
+    h.archive_room("r", "hub/admin")
     ref = os.path.join(path, h.store.room_ref("r"))
     assert not os.path.exists(ref)
     os.makedirs(os.path.dirname(ref), exist_ok=True)

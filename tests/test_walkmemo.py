@@ -90,14 +90,14 @@ def test_the_memo_keeps_own_sends_only_as_the_loop_guard_needs(tmp_path):
     memo = h.store.reader.walks
     mine = [v for k, v in memo.items() if k[0] == "t/ann"]
     assert mine and all(v[4] == [] for v in mine)          # no loop guard: no times kept
-    h.room_settings("r", by="t/lead", changes={"loop_cap": 5, "loop_window": 60})
+    h.room_settings("r", by="hub/admin", changes={"loop_cap": 5, "loop_window": 60})
     r = h.room("r")
     try:
         r.send("t/ann", "t/bob", "one more")
         raise AssertionError("the cap counted none of the 40 sends before it")
     except Refusal as e:
         assert e.rule == "loop-guard" and "sent 40 messages" in e.reason
-    h.room_settings("r", by="t/lead", changes={"loop_cap": 1000, "loop_window": 10})
+    h.room_settings("r", by="hub/admin", changes={"loop_cap": 1000, "loop_window": 10})
     r = h.room("r")
     for i in range(30):
         r.send("t/ann", "t/bob", f"n{i}")

@@ -147,7 +147,7 @@ def test_an_exception_is_retried_with_backoff_then_fails_for_good(tmp_path):
 
 def test_a_backoff_stays_within_the_room_s_max_task_lease(tmp_path):
     hub, room = _hub(tmp_path)
-    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 10, "max_task_lease": 20})
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 10, "max_task_lease": 20})
     t = room.create_task(LEAD, "x", max_retries=2)["id"]
 
     def handler(task, ctx):
@@ -456,7 +456,7 @@ def test_a_stop_between_the_claim_and_the_handler_gives_the_task_back(tmp_path):
 
 def test_the_lease_is_renewed_while_a_long_handler_runs(tmp_path):
     hub, room = _hub(tmp_path)
-    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 3})
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 3})
     t = room.create_task(LEAD, "slow", body="7", review=False)["id"]
     p, log = _spawn(tmp_path, hub, W, "long", idle=1)
     reaped = []
@@ -504,7 +504,7 @@ def test_an_idle_worker_wakes_on_the_notifier(tmp_path):
 
 def test_a_worker_reaps_the_expired_lease_of_a_dead_holder_and_does_the_task(tmp_path):
     hub, room = _hub(tmp_path)
-    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 2})
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 2})
     t = room.create_task(LEAD, "orphan", review=False)["id"]
     room.move_task("core/kai", t, "claim")
     room.move_task("core/kai", t, "start")   # and then it dies
@@ -578,7 +578,7 @@ def test_a_task_no_claim_fits_is_passed_over_by_ready_claim_and_gitdrop_work(tmp
     second = room.create_task(LEAD, "second", review=False)["id"]
     poison = room.create_task("core/kai", "poison", body="x" * 1500, review=False,
                               priority=9)["id"]
-    hub.room_settings("lobby", by=LEAD, changes={"max_file": _size(room, poison) + 4})
+    hub.room_settings("lobby", by="hub/admin", changes={"max_file": _size(room, poison) + 4})
     kai = Gitdrop(hub.path, str(tmp_path), "core/kai")
     got = kai.js("ready", "--claim")
     assert (got["task"], got["claimed"]) == (first, True)
@@ -598,7 +598,7 @@ def test_gitdrop_work_cuts_a_result_to_fit_the_task_file(tmp_path):
     the result thrown away, attempt after attempt."""
     hub, room = _hub(tmp_path)
     t = room.create_task(LEAD, "fat", body="x" * 2000, review=False)["id"]
-    hub.room_settings("lobby", by=LEAD, changes={"max_file": _size(room, t) + 600})
+    hub.room_settings("lobby", by="hub/admin", changes={"max_file": _size(room, t) + 600})
     runs = tmp_path / "runs"
     p = _work(hub, W, "--idle", "1", "--", "sh", "-c",
               f"echo run >> {runs}; head -c 4000 /dev/zero | tr '\\0' y")
@@ -625,7 +625,7 @@ def test_a_task_it_can_neither_hand_in_nor_give_back_is_not_run_again(tmp_path):
     def handler(task, ctx):
         ran.append(task["id"])
         if task["id"] == fat and len(ran) == 1:
-            hub.room_settings("lobby", by=LEAD, changes={"max_file": 1200})
+            hub.room_settings("lobby", by="hub/admin", changes={"max_file": 1200})
         return "ok"
 
     def work(idle):
@@ -869,7 +869,7 @@ def test_gitdrop_work_runs_a_task_whose_title_outgrows_an_environment_variable(t
     """A room that allows long titles: GITDROP_TASK_TITLE past 128 KB, and Linux would
     not start the program (E2BIG) on any attempt. Cut like _BODY; stdin has it whole."""
     hub, room = _hub(tmp_path)
-    hub.room_settings("lobby", by=LEAD, changes={"max_title": 300000, "max_file": 400000,
+    hub.room_settings("lobby", by="hub/admin", changes={"max_title": 300000, "max_file": 400000,
                                                  "max_message": 400000})
     t = room.create_task(LEAD, "T" * 140000, review=False)["id"]
     out = tmp_path / "task.json"
@@ -1180,7 +1180,7 @@ def test_a_task_another_machine_may_be_on_is_given_back_only_once_not_renewed(tm
     """A task in progress no worker here is on may be another machine's worker's: it is
     left to it while its lease is renewed, and given back once it is not."""
     hub, room = _hub(tmp_path)
-    hub.room_settings("lobby", by=LEAD, changes={"task_lease": 3})   # renewed every 1 s
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 3})   # renewed every 1 s
     live = room.create_task(LEAD, "elsewhere", review=False)["id"]
     dead = room.create_task(LEAD, "left", review=False)["id"]
     for t in (live, dead):

@@ -109,7 +109,7 @@ def test_three_gitdrop_work_processes_and_a_killed_one(tmp_path):
     hub = hubmod.init(str(tmp_path / "hub.git"), fsync=False)
     room = hub.room("lobby")
     room.register(LEAD, ["lead"])
-    hub.room_settings("lobby", by=LEAD, changes={"task_lease": LEASE})
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": LEASE})
     ids = {}
     for name, (after, requires, tags, review, extra) in TASKS.items():
         ids[name] = room.create_task(LEAD, name, after=[ids[a] for a in after],
