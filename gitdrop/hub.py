@@ -224,17 +224,20 @@ class Hub:
         return oid
 
     # --- teams --------------------------------------------------------------------
-    def register_team(self, name: str, lead: str, members=(), by: str = "") -> dict:
-        """Create a team (by its lead, or a hub admin hub/...) or change it (its lead only)."""
+    def register_team(self, name: str, lead: str, members=(), by: str = "",
+                      remove=()) -> dict:
+        """Create a team (by its lead, or a hub admin hub/...) or change it (its lead
+        only): `members` are added to those it has, `remove` taken out (never its lead)."""
         if not model.is_name(name):
             raise UsageError(f"bad team name {name!r}", "letters, digits, '.', '_', '-'")
         lead = lead if "/" in lead else f"{name}/{lead}"
         members = [m if "/" in m else f"{name}/{m}" for m in members if m]
+        remove = {m if "/" in m else f"{name}/{m}" for m in remove if m}
         by = by if not by or "/" in by else f"{name}/{by}"
         path = hubrules.team_path(name)
         old = self.team(name, missing_ok=True)
         if old is not None and old["lead"] == lead and set(members) <= set(old["members"]) \
-                and by in ("", lead):
+                and not remove & set(old["members"]) - {lead} and by in ("", lead):
             return old   # as asked already, by the lead or the operator: no commit
         author = by or (lead if old is None else "")
         if not author:
@@ -245,7 +248,9 @@ class Hub:
         def build(view, tip):
             text = view.text(path)
             prev = dict(hubrules.TEAM_FIELDS, **fmt.loads_toml(text)) if text else None
-            doc.update(name=name, lead=lead, members=sorted(set(members) | {lead}),
+            # added to what it has: a lead who named one new member dropped every other
+            had = set(prev["members"]) if prev and isinstance(prev["members"], list) else set()
+            doc.update(name=name, lead=lead, members=sorted((had | set(members)) - remove | {lead}),
                        created=prev["created"] if prev else self.clock())
             new = fmt.dumps_toml(doc)
             op = "team-update" if prev else "team-create"

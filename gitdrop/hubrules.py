@@ -175,15 +175,23 @@ def check_room_case(git_dir: str, room: str) -> None:
                       commit=f"refs/heads/rooms/{room}")
 
 
-def registry(reader, hub: str = model.HUB_REF) -> dict | None:
-    """{team: lead} from the hub branch's team files, or None if there is no hub
+class Registry(dict):
+    """{team: lead}, and `members` {team: frozenset of its lead and members}."""
+
+    def __init__(self):
+        super().__init__()
+        self.members: dict = {}
+
+
+def registry(reader, hub: str = model.HUB_REF) -> Registry | None:
+    """The hub branch's team files as a Registry, or None if there is no hub
     branch (a bare repository used as a hub by hand). `hub` is the branch's tip or
     its ref name (for a reader that resolves names)."""
     try:
         tree = reader.commit(hub).tree
     except (KeyError, ValueError, TypeError):
         return None
-    out = {}
+    out = Registry()
     for name in reader.list_dir(tree, "teams"):
         if not name.endswith(".toml"):
             continue
@@ -194,4 +202,8 @@ def registry(reader, hub: str = model.HUB_REF) -> dict | None:
             continue
         lead = data.get("lead")
         out[name[:-5]] = lead if isinstance(lead, str) else ""
+        members = data.get("members")
+        out.members[name[:-5]] = frozenset(
+            [m for m in members if isinstance(m, str)] if isinstance(members, list) else ()) \
+            | {out[name[:-5]]}
     return out

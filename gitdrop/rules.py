@@ -418,6 +418,16 @@ def _check_register(before, c, changes, ctx, op):
         _refuse("room-membership", c, f"team {team!r} is not a member of room "
                 f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
                 _join_fix(before, team) + ", or register in a room your team is in")
+    teams = ctx.registry()
+    if teams is not None and not before.room["open"] and team in teams.members and \
+            ch.key not in teams.members[team]:
+        # a closed room lets teams in, and a team's lead says who is of the team: else
+        # anyone who could name an agent (an open MCP registration) joined any team
+        lead = teams.get(team) or "its lead"
+        _refuse("room-membership", c, f"{ch.key} is not a member of team {team} (the hub's "
+                f"team registry), and room {before.name!r} is closed to all but its teams' "
+                "members", f"ask {lead} to add you (gitdrop team add {team} "
+                f"{model.split_agent(ch.key)[1]} --as {lead}), then register again")
     new = _doc(c, ch, "new")[0]
     if new["id"] != ch.key:
         _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")

@@ -23,17 +23,17 @@ from conftest import free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def server_args(hub_path, *extra):
-    return ["-m", "gitdrop.mcp.server", hub_path, "lobby", *extra]
+def server_args(hub_path, *extra, room="lobby"):
+    return ["-m", "gitdrop.mcp.server", hub_path, room, *extra]
 
 
 @contextlib.contextmanager
-def http_server(hub_path, tools="all", *extra):
-    """`python -m gitdrop.mcp.server HUB lobby --transport http` on a free port."""
+def http_server(hub_path, tools="all", *extra, room="lobby"):
+    """`python -m gitdrop.mcp.server HUB ROOM --transport http` on a free port."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, *server_args(hub_path, "--transport", "http",
                                                          "--port", str(port), "--tools", tools,
-                                                         *extra)],
+                                                         *extra, room=room)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

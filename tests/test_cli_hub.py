@@ -30,7 +30,10 @@ def test_teams_create_list_and_only_the_lead_changes_one(gd):
     assert "core/juno" in gd.ok("team", "list").out
     gd.refused(3, "lead-only", "--as", "web/lin", "team", "create", "core", "--lead", "lin")
     again = gd.js("--as", "core/juno", "team", "create", "core", "--lead", "juno", "-m", "kai")
-    assert "core/kai" in again["team"]["members"]
+    # added to the members it had: naming one new member dropped every other
+    assert again["team"]["members"] == ["core/ada", "core/juno", "core/kai", "core/spartan"]
+    out = gd.js("--as", "juno", "team", "remove", "core", "ada,juno", "kai")["team"]["members"]
+    assert out == ["core/juno", "core/spartan"]   # never its lead
 
 
 def test_room_create_list_show_join_leave(gd, hub):
@@ -49,6 +52,12 @@ def test_room_create_list_show_join_leave(gd, hub):
     joined = gd.js("--as", "core/juno", "room", "join", "sprint", "--team", "web")
     assert joined["joined"] is True
     assert [r["room"] for r in gd.js("room", "list", "--team", "web")["rooms"]] == ["sprint"]
+    # a closed room: only those web's lead names as members
+    r = gd.refused(3, "room-membership", "--room", "sprint", "register", "web/kai")
+    assert "gitdrop team add web kai --as web/lin" in r["fix"]
+    gd.refused(3, "lead-only", "team", "add", "web", "kai")   # no --as: nobody's lead
+    gd.refused(3, "lead-only", "--as", "core/juno", "team", "add", "web", "kai")
+    assert "web/kai" in gd.js("--as", "web/lin", "team", "add", "web", "kai")["team"]["members"]
     gd.ok("--room", "sprint", "register", "web/kai")
     st = gd.js("room", "show", "sprint")["room"]
     assert st["teams"] == ["core", "web"] and "web/kai" in st["agents"]
@@ -61,7 +70,7 @@ def test_room_create_list_show_join_leave(gd, hub):
 
 
 def test_archive_pin_restore_and_who_may(gd, hub, lobby):
-    hub.register_team("core", "core/juno")
+    hub.register_team("core", "core/juno", ["kai"])
     hub.create_room("core/juno", "old", ["core"])
     room = hub.room("old")
     room.register("core/juno", ["lead"])
@@ -84,7 +93,7 @@ def test_archive_pin_restore_and_who_may(gd, hub, lobby):
 
 
 def test_destroy_asks_twice_and_only_leads_may(gd, hub):
-    hub.register_team("core", "core/juno")
+    hub.register_team("core", "core/juno", ["kai"])
     hub.create_room("core/juno", "tmp", ["core"])
     hub.room("tmp").register("core/juno", ["lead"])
     hub.room("tmp").register("core/kai", [])

@@ -194,7 +194,7 @@ def test_history_of_a_task_without_messages_says_so(gd, team):
 
 
 def test_destroy_refuses_a_non_lead_before_asking_for_the_name(gd, hub):
-    hub.register_team("core", "core/juno")
+    hub.register_team("core", "core/juno", ["kai"])
     hub.create_room("core/juno", "tmp", ["core"])
     hub.room("tmp").register("core/juno", ["lead"])
     hub.room("tmp").register("core/kai", [])

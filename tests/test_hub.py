@@ -233,6 +233,10 @@ def test_room_settings_only_by_a_lead(h, proj):
     with pytest.raises(Refusal) as e:
         proj.register("core/mia", ["lead"])
     assert e.value.rule == "lead-only" and "core/juno" in e.value.reason
+    with pytest.raises(Refusal) as e:   # nor is one its lead does not name
+        proj.register("core/mia", ["coder"])
+    assert e.value.rule == "room-membership" and "team add core mia" in e.value.fix
+    h.register_team("core", "core/juno", ["mia"], by="core/juno")
     proj.register("core/mia", ["coder"])
     with pytest.raises(Refusal) as e:
         proj.update_room("core/mia", "room-settings", "cap", settings={"loop_cap": 500})

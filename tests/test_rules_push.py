@@ -61,6 +61,13 @@ def test_room_membership(hub, team, clone):
     c.pull().as_("core/ana")
     c.write(model.agent_path("core/ana"), fmt.dumps_toml({"id": "core/ana", "cursor": c.head()}))
     c.commit("ana joins")
+    # a closed room's teams are their registry members (the clone has no registry: the
+    # hub's hook alone judges this one)
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "room-membership", err
+    assert "gitdrop team add core ana --as core/juno" in err
+    assert hub.store.room_tip("ops") != c.head()
+    hub.register_team("core", "core/juno", ["ana"], by="core/juno")
     attempt(hub, c, None)
 
 

@@ -475,8 +475,8 @@ def test_push_refuses_a_key_set_twice(hub, team, clone):
 @pytest.fixture
 def proj(hub):
     """A closed room for teams core (lead juno) and web (lead ana)."""
-    hub.register_team("core", "core/juno")
-    hub.register_team("web", "web/ana")
+    hub.register_team("core", "core/juno", ["spartan"])
+    hub.register_team("web", "web/ana", ["mallory"])
     hub.create_room("hub/admin", "proj", teams=["core", "web"])
     r = hub.room("proj")
     for a in ("core/juno", "core/spartan", "web/ana", "web/mallory"):
@@ -1004,6 +1004,7 @@ def test_in_an_open_room_a_lead_acts_for_its_own_team_and_the_unled(hub, lobby, 
         "cancelled"
     lobby.deregister("evil/eve", "solo/kim")
     # in a closed room every lead of the room acts for all: its leads let each team in
+    hub.register_team("core", "core/juno", ["spartan"], by="core/juno")
     hub.create_room("hub/admin", "proj", teams=["core", "evil"])
     proj = hub.room("proj")
     for a in ("core/juno", "core/spartan", "evil/eve"):

@@ -352,13 +352,37 @@ def test_a_line_the_sdk_cannot_read_is_answered_on_stdio(hub):
         p.wait()
 
 
+async def test_an_open_registration_joins_no_team_s_closed_room(hub):
+    """Anyone who reaches a server with open registration names its agent: as
+    core/<anything> it was registered in team core's closed room, and read and wrote
+    there as one of core's. A closed room registers its teams' members only (the
+    hub's team registry, which core's lead keeps)."""
+    from gitdrop import tokens
+    hub.register_team("core", "core/juno", ["spartan"])
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    hub.room("proj").register("core/juno")
+    with http_server(hub.path, "agent", room="proj") as url:
+        async with http_agent(url, "anon", "auto") as anon:
+            before = tips(hub)
+            text = await anon.refused("register", "room-membership", agent_name="core/newbie")
+            assert "register_team(team_name='core', leader='core/juno', members='newbie')" \
+                in text and "gitdrop" not in text, text
+            assert tips(hub) == before
+            assert not os.path.exists(os.path.join(hub.path, "gitdrop", "tokens.json"))
+        # its lead names it a member, and the hub's owner mints its token
+        hub.register_team("core", "core/juno", ["newbie"], by="core/juno")
+        async with http_agent(url, "newbie", "auto", tokens.mint(hub.path, "core/newbie")) as nb:
+            await nb.ok("register", agent_name="core/newbie")
+    assert hub.room("proj").view().agent("core/newbie")
+
+
 async def test_no_token_is_minted_for_a_name_someone_has_elsewhere_on_the_hub(hub):
     """Tokens are hub-wide, but `register` looked for the name in the served room
     alone: a lead registered by the command line in another room (so without a token)
     was registered anew by an anonymous caller, who got a token for it and changed
     and archived that lead's room. A name the hub knows anywhere (a room, active or
     archived, or the team registry) gets its token from the hub's owner."""
-    hub.register_team("core", "core/juno")
+    hub.register_team("core", "core/juno", ["spartan", "kai"])
     hub.register_team("web", "web/ana", members=["web/bob"])
     hub.create_room("hub/admin", "proj", teams=["core", "web"])
     hub.room("proj").register("core/juno")
@@ -366,11 +390,14 @@ async def test_no_token_is_minted_for_a_name_someone_has_elsewhere_on_the_hub(hu
     hub.create_room("hub/admin", "old", teams=["core"])
     hub.room("old").register("core/kai")
     hub.archive_room("old", by="core/juno")
+    hub.create_room("hub/admin", "pub", open_=True)
+    hub.room("pub").register("solo/zed")
     with http_server(hub.path) as url:   # it serves the lobby, where none of them is
         async with http_agent(url, "anon", "auto") as anon:
             before = tips(hub)
             for name, where in (("core/juno", "lead of team core"),
-                                ("core/spartan", "room proj"), ("core/kai", "room old"),
+                                ("core/spartan", "member of team core"),
+                                ("core/kai", "member of team core"), ("solo/zed", "room pub"),
                                 ("web/ana", "lead of team web"),
                                 ("web/bob", "member of team web")):
                 text = await anon.refused("register", "token", agent_name=name)

@@ -40,6 +40,30 @@ def team_create(s: Scope,
     s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
 
 
+@command(team_app, "add")
+def team_add(s: Scope,
+             name: Annotated[str, typer.Argument(help="The team.")],
+             agent: Annotated[list[str], typer.Argument(help="Members to add (name or team/name).",
+                                                        show_default=False)]):
+    """Add members to a team (its lead): a closed room registers its teams' members only."""
+    _members(s, name, split_list(agent), ())
+
+
+@command(team_app, "remove")
+def team_remove(s: Scope,
+                name: Annotated[str, typer.Argument(help="The team.")],
+                agent: Annotated[list[str], typer.Argument(
+                    help="Members to take out (name or team/name).", show_default=False)]):
+    """Take members out of a team (its lead); those registered in rooms stay there."""
+    _members(s, name, (), split_list(agent))
+
+
+def _members(s: Scope, name: str, add, remove) -> None:
+    t = s.hub.team(name)
+    t = s.hub.register_team(name, t["lead"], add, by=s.agent_value, remove=remove)
+    s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
+
+
 @command(team_app, "list")
 def team_list(s: Scope):
     """The hub's teams."""
@@ -66,7 +90,9 @@ def room_create(s: Scope,
     r = s.hub.create_room(_operator(s), name, split_list(team), open_=open_)
     s.emit(r, f"room {name} created" + (f" for {', '.join(r['teams'])}" if r["teams"] else "")
            + (" (open to all teams)" if r["open"] else "")
-           + f"\nnext: {s.again('register team/name', name)}")
+           + f"\nnext: {s.again('register team/name', name)}"
+           + ("" if r["open"] else " (a member of its teams: a team's lead adds one with "
+              "gitdrop team add TEAM NAME)"))
 
 
 @command(room_app, "list")

@@ -121,6 +121,9 @@ CLI_TOOLS = [
 ]
 _CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"(\w+)")),
                tool.replace("{id}", r"\1")) for cli, tool in CLI_TOOLS]
+# A closed room's refusal of an agent its team's lead has not named (rules._check_register).
+_TEAM_ADD = (re.compile(r"gitdrop team add ([\w.-]+) ([\w.-]+) --as ([\w.-]+/[\w.-]+)"),
+             r"register_team(team_name='\1', leader='\3', members='\2'), called by \3")
 
 
 def _tool_words(fix: str) -> str:
@@ -135,7 +138,10 @@ def render_error(e: GitdropError) -> str:
     if e.commit:
         text += f" [commit {e.commit}]"
     nxt = e.fix
-    if e.rule in NEXT and e.rule not in ("token", "identity") and (not nxt or "gitdrop " in nxt):
+    if nxt and _TEAM_ADD[0].search(nxt):
+        nxt = _TEAM_ADD[0].sub(_TEAM_ADD[1], nxt)
+    elif e.rule in NEXT and e.rule not in ("token", "identity") and \
+            (not nxt or "gitdrop " in nxt):
         nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
     elif nxt:
         nxt = _tool_words(nxt)
@@ -977,7 +983,7 @@ class ToolBox:
         """Create or change (its lead) a team.
 
         leader: its lead
-        members: comma list
+        members: comma list to add
         """
         t = self.hub.register_team(team_name, leader, _split(members),
                                    by=self.me("", registered=False))
