@@ -264,6 +264,15 @@ def short(agent_id: str) -> str:
     return agent_id.rpartition("/")[2]
 
 
+def namer(ids):
+    """A function showing team/name as its name alone where no other of `ids` has
+    that name, else whole (core/spartan beside web/spartan); "all", @team as given."""
+    counts: dict = {}
+    for i in set(ids):
+        counts[short(i)] = counts.get(short(i), 0) + 1
+    return lambda x: short(x) if "/" in x and counts.get(short(x), 0) <= 1 else x
+
+
 def is_lead(agent: dict | None, room: dict) -> bool:
     """A lead: a registered agent recorded in room.toml as the lead of one of the
     room's teams (copied from the hub's team registry when the team joined). A

@@ -111,6 +111,9 @@ def test_a_mistyped_command_is_answered_with_the_closest(gd):
     r = gd("zzzzzz")
     assert r.rc == 2 and "No such command 'zzzzzz'." in r.err and "Did you mean" not in r.err
     assert "Did you mean 'list'?" in gd("task", "lst").err   # a group's own, as before
+    # the nearest only: `task creat` offered reap and retry beside create
+    assert "No such command 'creat'. Did you mean 'create'?" in gd("task", "creat").err
+    assert "Did you mean 'start'?" in gd("task", "st").err    # a beginning: not `list`
 
 
 # --- on a terminal -------------------------------------------------------------------
@@ -191,6 +194,24 @@ def test_history_of_a_task_without_messages_says_so(gd, team):
     tid = gd.ok("task", "create", "one").out.strip()
     assert gd.ok("history", "--task", tid).out.strip() == f"no messages about task {tid} in lobby"
     assert "not about a task" in gd.ok("history").out
+
+
+def test_history_and_inbox_name_agents_alike(gd, team, lobby):
+    """`history` named a sender in full and its recipients by their names alone, the
+    inbox by names alone: core/kai and web/kai both showed as kai. Both now show a
+    name alone where it is the room's only one."""
+    lobby.register("web/kai")
+    lobby.inbox("core/juno")
+    lobby.send("core/juno", "core/spartan", "to spartan")
+    lobby.send("core/juno", "core/kai", "to core's kai")
+    out = gd.ok("history").out
+    assert "juno → spartan" in out and "juno → core/kai" in out and "core/juno" not in out
+    lobby.inbox("core/kai")
+    lobby.inbox("core/spartan")
+    lobby.send("core/kai", "core/juno", "from core's kai")
+    lobby.send("core/spartan", "core/juno", "from spartan")
+    out = gd.ok("inbox").out
+    assert "core/kai → you" in out and "spartan → you" in out, out
 
 
 def test_destroy_refuses_a_non_lead_before_asking_for_the_name(gd, hub):

@@ -233,9 +233,9 @@ VIA = {"to": "you", "cc": "cc", "team": "your team", "all": "all", "lead": "lead
        "notice": ""}
 
 
-def _event_line(ev: dict) -> str:
+def _event_line(ev: dict, name=model.short) -> str:
     when = ago(ev["time"])
-    who = ev["from"].rpartition("/")[2]
+    who = name(ev["from"])
     if ev["op"] == "send":
         head = (f"{paint(who, 'bold')}{' (person)' if ev.get('person') else ''} → "
                 f"{VIA.get(ev.get('via'), ev.get('via', ''))}")
@@ -264,8 +264,9 @@ def inbox(s: Scope,
                 return
             print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
                   + (" (peek: still unread)" if peek else "") + ":")
+            name = model.namer(s.room.view().agent_ids() + [ev["from"] for ev in msgs])
             for ev in msgs:
-                print(_event_line(ev))
+                print(_event_line(ev, name))
             if r["remaining"]:
                 print(f"{r['remaining']} more: run gitdrop inbox again")
         s.emit(dict(r, room=s.room_name), show)
@@ -289,10 +290,12 @@ def history(s: Scope,
         if not msgs:
             print(f"no messages about task {task} in {s.room_name}" if task else
                   f"no messages in {s.room_name} yet")
+        name = model.namer(s.room.view().agent_ids() + [x for ev in msgs
+                                                        for x in [ev["from"], *ev["to"]]])
         for ev in msgs:
-            to = ", ".join(x.rpartition("/")[2] if "/" in x else x for x in ev["to"])
+            to = ", ".join(name(x) for x in ev["to"])
             text = fmt.shown(ev["text"]).rstrip("\n").replace("\n", "\n    ")
-            print(f"{paint(ev['from'], 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}")
+            print(f"{paint(name(ev['from']), 'bold')} → {to}  {paint(ago(ev['time']), 'dim')}")
             print(f"    {text}")
     s.emit({"room": s.room_name, "messages": msgs}, show)
 

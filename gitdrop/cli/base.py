@@ -150,6 +150,32 @@ class PlainGroup(TyperGroup):
     def get_params(self, ctx):
         return _plain(super().get_params(ctx))
 
+    def resolve_command(self, ctx, args):
+        """An unknown command is answered with the closest one or two (click's own
+        list offered `reap` and `retry` for `task creat`; a lazy group's knows only
+        the commands built so far)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as e:  # click's usage error (Typer carries its own click)
+            msg = getattr(e, "message", None)
+            if args and isinstance(msg, str) and msg.startswith("No such command"):
+                close = self.suggest(ctx, args[0])
+                e.message = msg.split(" Did you mean")[0].rstrip(".") + (
+                    ". Did you mean " + " or ".join(repr(c) for c in close) + "?" if close
+                    else ".")
+            raise
+
+    def suggest(self, ctx, word: str) -> list[str]:
+        """The commands nearest `word`: the best match, and any nearly as near."""
+        import difflib
+        names = self.list_commands(ctx)
+        began = [n for n in names if word and n.startswith(word)]
+        if began:   # `task st`: start, not list
+            return began[:3]
+        score = {n: difflib.SequenceMatcher(None, word, n).ratio() for n in names}
+        close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+        return [n for n in close if score[n] >= score[close[0]] - 0.1] if close else []
+
     def format_help(self, ctx, formatter):
         _help_colour()
         # Typer's rich help lists a command by its help's first paragraph with its

@@ -6,7 +6,6 @@ the modules of this package, loaded only when named, so `gitdrop inbox` does not
 pay for the rest (start-up is most of a short command's cost).
 """
 
-import difflib
 import importlib
 import os
 import sys
@@ -79,22 +78,10 @@ class LazyGroup(PlainGroup):
             self.commands[name] = built
         return self.commands.get(name)
 
-    def resolve_command(self, ctx, args):
-        """An unknown command is answered with the closest ones (Typer's own suggestion
-        knows only the commands built so far, and here none is built before it runs)."""
-        try:
-            return super().resolve_command(ctx, args)
-        except Exception as e:  # click's usage error (Typer carries its own click)
-            msg = getattr(e, "message", None)
-            if args and isinstance(msg, str) and msg.startswith("No such command") \
-                    and "Did you mean" not in msg:
-                close = difflib.get_close_matches(args[0], list(COMMANDS), n=3, cutoff=0.6)
-                if args[0].lstrip("-") in ("version", "help"):   # options, not commands
-                    close = [f"--{args[0].lstrip('-')}"]
-                if close:
-                    e.message = (e.message.rstrip(".") + ". Did you mean "
-                                 + " or ".join(repr(c) for c in close) + "?")
-            raise
+    def suggest(self, ctx, word: str) -> list[str]:
+        if word.lstrip("-") in ("version", "help"):   # options, not commands
+            return [f"--{word.lstrip('-')}"]
+        return super().suggest(ctx, word)
 
 
 app = typer.Typer(
