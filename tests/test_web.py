@@ -577,11 +577,18 @@ def test_a_commit_page_shows_only_a_commit_of_its_room(web, hub):
 
 
 def test_event_streams_are_capped_per_client_and_in_all(hub):
+    """A cap per client and one in all. Every loopback address is one client (a
+    process here took the per-address cap from each 127.x.y.z and filled the board),
+    and a login is one of its own, wherever it comes from."""
     s = Server(hub.path, streams=(2, 3))
 
-    def client(address):
-        return httpx.Client(base_url=s.url, timeout=5.0,
-                            transport=httpx.HTTPTransport(local_address=address))
+    def client(address, agent=""):
+        c = httpx.Client(base_url=s.url, timeout=5.0,
+                         transport=httpx.HTTPTransport(local_address=address))
+        if agent:
+            r = c.post("/login", data={"token": tokens.mint(hub.path, agent)})
+            assert r.status_code in (200, 303), r.text
+        return c
     opened = []
 
     def open_(c):
@@ -594,11 +601,14 @@ def test_event_streams_are_capped_per_client_and_in_all(hub):
             cm.__exit__(None, None, None)
         return r
     try:
-        one, two, three = client("127.0.0.1"), client("127.0.0.2"), client("127.0.0.3")
+        one, two = client("127.0.0.1"), client("127.0.0.2")
+        three = client("127.0.0.3", "core/juno")
         assert [open_(one).status_code for _ in range(2)] == [200, 200]
         r = open_(one)
         assert r.status_code == 503 and "close some of the board's tabs" in r.text
-        assert open_(two).status_code == 200
+        r = open_(two)   # another loopback address: the same client
+        assert r.status_code == 503 and "from your address" in r.text
+        assert open_(three).status_code == 200   # a login counts as its own
         r = open_(three)
         assert r.status_code == 503 and "reload later" in r.text
         opened.pop(0).__exit__(None, None, None)   # a tab closed: room for one more

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from .. import board as boardmod
 from .. import events as eventsmod
 from .. import model, tokens
-from ..transports.httpd import LOOPBACK, host_of
+from ..transports.httpd import LOOPBACK, client_key, host_of
 from ..core import by_short_name
 from ..view import first_parent_walk
 from ..errors import GitdropError, NotFound, Refusal, UsageError
@@ -42,7 +42,7 @@ WATCHER = "hub/web"        # the notifier's subscriber id: nobody commits as it
 KEEPALIVE = 15.0           # seconds between SSE comments while nothing lands
 TICK = 0.5                 # seconds between checks that a stream's reader is still there
 HISTORY_CAP = 20000        # commits read for the log filters, the charts, a commit's page
-STREAMS = (16, 200)        # open event streams at most: from one client address, in all
+STREAMS = (16, 200)        # open event streams at most: of one login (else client), in all
 MAX_FORM = 256 * 1024
 STATUS = {Refusal: 409, NotFound: 404, UsageError: 400}
 
@@ -160,7 +160,8 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
     """The web board of the hub at `hub_path`. `require_login`: every page needs a
     login (for a board bound to an address other machines reach). Without it, the
     board answers only requests addressed to one of `hosts` (see HostGuard).
-    `streams`: how many event streams may be open from one client address, in all."""
+    `streams`: how many event streams may be open for one login (without one: one
+    client address, every loopback address one client), in all."""
     b = Board(hub_path, require_login, secret)
     open_streams: dict[str, int] = {}   # client address: its open event streams
 
@@ -405,17 +406,21 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
         await b.call(b.room, name)   # NotFound before any stream
         if b.notifier is None:
             raise UsageError("live updates are off", "reload the page")
-        # Each open stream holds a socket and wakes every TICK: a cap per client
-        # address and one in all keep one client from taking the server's files.
-        client = request.client.host if request.client else ""
+        # Each open stream holds a socket and wakes every TICK: a cap per login (else
+        # per client: every loopback address is one, or a process here took 16 from
+        # each 127.x.y.z and filled the board) and one in all keep one client from
+        # taking the server's files.
+        opened = b.session(request)
+        client = f"login {opened.get('a', '')}" if opened else \
+            client_key(request.client.host if request.client else "")
         mine, total = open_streams.get(client, 0), sum(open_streams.values())
         if mine >= streams[0] or total >= streams[1]:
-            why = (f"{mine} live streams are open from your address already: close some of "
+            whose = "your login" if opened else "your address"
+            why = (f"{mine} live streams are open from {whose} already: close some of "
                    "the board's tabs, then reload" if mine >= streams[0] else
                    f"the board has {total} live streams open already: reload later")
             return Response(why + " (the pages work without live updates meanwhile)\n",
                             status_code=503, media_type="text/plain")
-        opened = b.session(request)
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
 
