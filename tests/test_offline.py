@@ -369,8 +369,8 @@ def _sync_killed_after(served, tmp_path, pushes: int) -> None:
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache")))
     pidfile.write_text(str(p.pid))
-    p.communicate(timeout=60)
-    assert p.returncode == -signal.SIGKILL
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL, (out, err)
     os.unlink(hook)
 
 
@@ -387,6 +387,32 @@ def test_a_sync_killed_midway_loses_and_doubles_nothing(served, tmp_path, kill_a
     r = RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
     assert r["refused"] == [] and r["queued"] == []
     assert texts(served.hub) == sent                   # each once, in order
+    git("fsck", "--no-progress", cwd=served.hub.path)
+
+
+def test_a_sync_killed_after_a_rebased_write_landed_still_names_it_anew(served, tmp_path):
+    """A queued write the hub took under another id (built again on what the hub had
+    meanwhile), and the sync killed before it noted so: the next sync found it on
+    the hub and dropped it, unnoted, and the writes queued after it went on naming the
+    id it was queued under (a read cursor the hub has no commit for)."""
+    h = client(served, tmp_path)
+    h.room("lobby").inbox("core/kai")
+    h.room("lobby").inbox("core/spartan")
+    served.stop()
+    h.room("lobby").send("core/spartan", "core/kai", "queued")
+    h.room("lobby").inbox("core/kai")              # its cursor: the queued send's id
+    queued = h.room("lobby").view().agent("core/kai")["cursor"]
+    served.hub.room("lobby").register("core/ada")   # the hub moves on meanwhile
+    served.start()
+    _sync_killed_after(served, tmp_path, 1)       # the send landed, under a new id
+    r = RemoteHub(served.url, cache=str(tmp_path / "cache"), fresh=0.0).store.sync()
+    assert r["refused"] == [] and r["queued"] == [], json.dumps(r["refused"])
+    room = served.hub.room("lobby")
+    assert [m["text"] for m in room.history(10)] == ["queued"]   # once
+    assert texts(served.hub) == []               # and read by kai
+    cursor = room.view().agent("core/kai")["cursor"]
+    assert cursor != queued   # named by the id it landed as
+    assert served.hub.store.reader.commit(cursor).subject.startswith("spartan → kai")
     git("fsck", "--no-progress", cwd=served.hub.path)
 
 

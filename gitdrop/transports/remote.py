@@ -707,7 +707,12 @@ class RemoteStore(Store):
         while True:
             tip = self._hub_tip(ref)
             if self._on_hub(entry):
-                self.queue.remove(entry["id"])   # it landed (a sync or an answer lost)
+                # it landed (a sync killed after its push, or an answer lost): under
+                # the id it was pushed as, which the writes after it must name
+                if entry["pushing"] and entry["pushing"] != entry["commit"] and \
+                        self._on_hub(dict(entry, commit="")):
+                    self._record_landed(entry["commit"], entry["pushing"])
+                self.queue.remove(entry["id"])
                 return "synced"
             if not tip and entry["parent"] and ref.startswith(model.ROOM_PREFIX) and not any(
                     e["commit"] == entry["parent"] for e in self.queue.entries()):
