@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 
-from . import fmt, hubrules, layout, model, writequeue
+from . import fmt, hubrules, layout, model, rules, writequeue
 from .errors import Conflict, GitdropError, NotFound, Refusal, UsageError
+from .view import RoomView
 
 try:
     import fcntl
@@ -277,6 +278,8 @@ def import_room(hub, path: str, name: str = "") -> dict:
             ops = [] if done else _judge(reader, ref, old, new)
             if not done:
                 _check_leads_here(reader, room, new, new_hub)
+            if not done and not old:
+                _check_members_here(reader, room, new)
         finally:
             reader.close()
         if not done:
@@ -568,6 +571,19 @@ def _judge(reader, ref: str, old: str, new: str) -> list:
     if old:
         return check_commits(reader, ref, old, new, now, past_ok=True)
     return check_commits(reader, ref, old, new, None, latest=now)
+
+
+def _check_members_here(reader, room: str, new: str) -> None:
+    """A room new to this hub has its history judged without this hub's registry, as
+    verify does; who it brings into a closed room is judged by it: the members its
+    teams have here (else a bundle made elsewhere seated agents no lead here named)."""
+    teams = hubrules.registry(reader, model.HUB_REF)
+    view = RoomView(reader, reader.commit(new).tree, new, room)
+    for agent in view.agent_ids():
+        if not rules.team_member(teams, view.room, agent):
+            raise Refusal("room-membership", *rules.non_member(teams, room, agent,
+                                                               "import it again"),
+                          commit=fmt.commit_named(new, reader.commit(new).subject))
 
 
 def _commit_teams(repo, hub_tip: str, missing: list[dict]) -> str:

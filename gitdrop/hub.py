@@ -178,12 +178,20 @@ class Hub:
         else is refused. The lead is then recorded in the room (an open room: the
         team joins; a closed one: the team must be a member already)."""
         team = model.split_agent(agent)[0]
-        if team in model.RESERVED_TEAMS:
+        if model.reserved_team(team):
             raise Refusal("reserved-name", f"team {team!r} has no lead: "
-                          + ("it is the hub's own" if team == model.ADMIN_TEAM else
+                          + ("it is the hub's own" if team.lower() == model.ADMIN_TEAM else
                              "it holds agents that named no team"),
                           "register as team/name in a team of your own with --role lead")
         t = self.team(team, missing_ok=True)
+        view = self.store.view(room)
+        if t is None and not model.member_team(view.room, team):
+            # said before the team is made: a refused registration made it all the same
+            raise Refusal("room-membership", f"team {team!r} is not a member of room "
+                          f"{room!r} (members: {', '.join(view.room['teams']) or 'none'})",
+                          "register in a room your team is in, or ask a lead of the room "
+                          f"to add team {team} (gitdrop room join {room} --team {team}) once "
+                          f"it exists (gitdrop team create {team} --lead {model.short(agent)})")
         if t is None:
             self.register_team(team, agent)
         elif t["lead"] != agent:
@@ -192,7 +200,6 @@ class Hub:
                           f"register without --role lead, or ask {t['lead']} to hand the "
                           f"team over (gitdrop team create {team} --lead {model.short(agent)}"
                           f" --as {t['lead']})")
-        view = self.store.view(room)
         if view.room["leads"].get(team) != agent and (
                 view.room["open"] or team in view.room["teams"]):
             self.join_room(team, room, by=agent)
@@ -233,6 +240,10 @@ class Hub:
         lead = lead if "/" in lead else f"{name}/{lead}"
         members = [m if "/" in m else f"{name}/{m}" for m in members if m]
         remove = {m if "/" in m else f"{name}/{m}" for m in remove if m}
+        if lead in remove:
+            raise UsageError(f"{lead} leads team {name}: the lead stays a member",
+                             f"hand the lead over first (gitdrop team create {name} --lead "
+                             f"NEW --as {lead}), then take {model.short(lead)} out")
         by = by if not by or "/" in by else f"{name}/{by}"
         path = hubrules.team_path(name)
         old = self.team(name, missing_ok=True)
@@ -501,24 +512,39 @@ class Hub:
         each lead's call records their consent; the last one deletes the ref. In a
         room without team leads, one of its leads decides."""
         ref, tip, view = self._locate(room)
-        leads = sorted(set(view.room["leads"].values()))
-        by = self._require_lead(view, by, "destroy", leads)   # an open room's too: below
-        if view.room["open"]:
-            # any team's lead may join an open room: a stranger who made a team and
-            # joined was its only recorded lead, and destroyed it and its history alone
-            leads.append(OPERATOR)
+        by = self.may_destroy(view, by)
+        leads = self.destroyers(view)
         path = f"destroy/{room}.toml"
         text = self._hub_view().text(path)
-        agreed = sorted(set(fmt.loads_toml(text).get("consents", []) if text else []) | {by})
+        was = fmt.loads_toml(text) if text else {}
+        # Consents given while other leads were recorded count no more: the operator
+        # agreed to wait for juno, juno took core out, and a stranger's new team
+        # joined and destroyed the room with one call.
+        had = set(was.get("consents", [])) if was.get("leads", leads) == leads else set()
+        agreed = sorted(had | {by})
         said = {OPERATOR if model.is_hub_identity(a) else a for a in agreed}   # any hub/*
         waiting = [x for x in leads if x not in said]
         if waiting:
-            self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed})},
+            self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed,
+                                                        "leads": leads})},
                              f"{model.short(by)} agrees to destroy room {room} (waiting for "
                              f"{', '.join(waiting)})", "room-destroy-consent", room=room)
             return {"room": room, "destroyed": False, "tip": tip, "consents": agreed,
                     "waiting_for": waiting}
         return self._destroy(room, by, why, self.clock())
+
+    @staticmethod
+    def destroyers(view: RoomView) -> list[str]:
+        """Whose consent destroys a room: the lead of every member team, and in an open
+        room the operator too (any team's lead may join one: a stranger's new team,
+        its only recorded lead, destroyed it and its history alone)."""
+        leads = sorted(set(view.room["leads"].values()))
+        return leads + [OPERATOR] if view.room["open"] else leads
+
+    def may_destroy(self, view: RoomView, by: str) -> str:
+        """`by` as team/name if its consent counts (a recorded lead, or the operator)."""
+        return self._require_lead(view, by, "destroy",
+                                  [x for x in self.destroyers(view) if x != OPERATOR])
 
     def _destroy(self, room: str, by: str, why: str, now: int) -> dict:
         ref, tip, _view = self._locate(room)

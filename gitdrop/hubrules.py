@@ -76,7 +76,7 @@ def check(reader, c, changes, pusher="") -> str:
     if doc["name"] != team or not model.is_name(team):
         _refuse("format", c, f"name must be {team!r}", f"set name = \"{team}\" in "
                 f"teams/{team}.toml (the file's name is the team's)")
-    if team in model.RESERVED_TEAMS:
+    if model.reserved_team(team):
         _refuse("reserved-name", c, f"team {team!r} is reserved ({ADMIN_TEAM}: the hub's own "
                 f"identities; {model.DEFAULT_TEAM}: agents that named no team, who have no "
                 "lead)", "pick another team name")

@@ -289,6 +289,11 @@ ADMIN_TEAM = "hub"
 RESERVED_TEAMS = (ADMIN_TEAM, DEFAULT_TEAM)
 
 
+def reserved_team(team: str) -> bool:
+    """A reserved team's name, in any case: Hub/admin looked like the operator."""
+    return team.lower() in RESERVED_TEAMS
+
+
 def is_hub_identity(agent_id: str) -> bool:
     return split_agent(agent_id)[0] == ADMIN_TEAM and "/" in (agent_id or "")
 
@@ -297,16 +302,15 @@ def leads_for(agent: dict | None, room: dict, *agent_ids: str) -> bool:
     """Whether a lead of the room acts for what belongs to `agent_ids` (their tasks,
     leases, contracts, their registrations). In a closed room every lead does: the
     room's leads let each team in. In an open room, where the lead of any team may
-    join, a lead acts for its own team, and for teams with no lead recorded there:
-    else a stranger who made a team and joined the lobby deregistered another team's
-    agents and cancelled its tasks."""
+    join, a lead acts for its own team only: else a stranger who made a team and
+    joined the lobby deregistered another team's agents and cancelled its tasks (and,
+    while it acted for teams with no lead recorded there, those of nearly every team
+    of a lobby, whose leads had registered there without the lead role)."""
     if not is_lead(agent, room):
         return False
     if not room.get("open"):
         return True
-    teams = {split_agent(a)[0] for a in agent_ids if a}
-    mine = split_agent(agent["id"])[0]
-    return mine in teams or not any(lead_of_team(room, t) for t in teams)
+    return split_agent(agent["id"])[0] in {split_agent(a)[0] for a in agent_ids if a}
 
 
 def lead_of_team(room: dict, team: str) -> str:

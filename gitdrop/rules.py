@@ -361,16 +361,23 @@ def _check_after_parent(c, parent_time: int, skew: int) -> None:
 
 def _registered(before, c, op):
     # Membership first: an outsider is told why it cannot act, not to register.
-    team = model.split_agent(c.author)[0] if model.is_agent_id(c.author) else ""
-    if team and op != "deregister" and not model.member_team(before.room, team):
-        _refuse("room-membership", c, f"team {team!r} is not a member of room "
-                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
-                _join_fix(before, team))
+    team = _member(before, c) if op != "deregister" else \
+        model.split_agent(c.author)[0] if model.is_agent_id(c.author) else ""
     agent = before.agent(c.author) if team else None
     if agent is None:
         _refuse("registered-author", c, f"{c.author!r} is not registered in room "
                 f"{before.name!r}", "register first (gitdrop register NAME --team TEAM) and "
                 "make commits as team/name (git config user.name team/name)")
+
+
+def _member(before, c) -> str:
+    """The author's team, refused (room-membership) if the room does not take it."""
+    team = model.split_agent(c.author)[0] if model.is_agent_id(c.author) else ""
+    if team and not model.member_team(before.room, team):
+        _refuse("room-membership", c, f"team {team!r} is not a member of room "
+                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
+                _join_fix(before, team))
+    return team
 
 
 def _join_fix(before, team):
@@ -410,24 +417,17 @@ def _check_register(before, c, changes, ctx, op):
         _refuse("registered-author", c, f"{c.author} cannot register {ch.key}",
                 f"commit as {ch.key} (git config user.name {ch.key})")
     team = model.split_agent(ch.key)[0]
-    if team == model.ADMIN_TEAM:
+    if model.reserved_team(team) and team != model.DEFAULT_TEAM:
         _refuse("reserved-name", c, f"team {team!r} is reserved for the hub's own identities "
-                "(hub/admin, hub/reaper); no agent registers in it",
-                "register under your own team (team/name)")
+                f"(hub/admin, hub/reaper){'' if team == model.ADMIN_TEAM else ' and agents that named no team (default/name), in any case'}; "
+                "no agent registers in it", "register under your own team (team/name)")
     if not model.member_team(before.room, team):
         _refuse("room-membership", c, f"team {team!r} is not a member of room "
                 f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
                 _join_fix(before, team) + ", or register in a room your team is in")
     teams = ctx.registry()
-    if teams is not None and not before.room["open"] and team in teams.members and \
-            ch.key not in teams.members[team]:
-        # a closed room lets teams in, and a team's lead says who is of the team: else
-        # anyone who could name an agent (an open MCP registration) joined any team
-        lead = teams.get(team) or "its lead"
-        _refuse("room-membership", c, f"{ch.key} is not a member of team {team} (the hub's "
-                f"team registry), and room {before.name!r} is closed to all but its teams' "
-                "members", f"ask {lead} to add you (gitdrop team add {team} "
-                f"{model.split_agent(ch.key)[1]} --as {lead}), then register again")
+    if not team_member(teams, before.room, ch.key):
+        _refuse("room-membership", c, *non_member(teams, before.name, ch.key))
     new = _doc(c, ch, "new")[0]
     if new["id"] != ch.key:
         _refuse("format", c, f"id must be {ch.key!r}", "set id to the path's team/name")
@@ -442,6 +442,26 @@ def _check_register(before, c, changes, ctx, op):
     if new["cursor"] != c.parent:
         _refuse("format", c, "a new agent's cursor must be the room tip it registered at "
                 f"({c.parent[:12]})", "set cursor to the parent commit's id")
+
+
+def team_member(teams, room: dict, agent_id: str) -> bool:
+    """Whether a closed room may register `agent_id`: its team's entry in the registry
+    (`teams`, hubrules.Registry; None: no registry) names it. A closed room lets teams
+    in, and a team's lead says who is of the team: else anyone who could name an
+    agent (an open MCP registration) joined any team."""
+    team = model.split_agent(agent_id)[0]
+    return teams is None or room["open"] or team not in teams.members or \
+        agent_id in teams.members[team]
+
+
+def non_member(teams, room: str, agent_id: str, then="register again") -> tuple[str, str]:
+    """(reason, fix) for a registration team_member refuses."""
+    team, name = model.split_agent(agent_id)
+    lead = teams.get(team) or "its lead"
+    return (f"{agent_id} is not a member of team {team} (the hub's team registry), and "
+            f"room {room!r} is closed to all but its teams' members",
+            f"ask {lead} to add {name} (gitdrop team add {team} {name} --as {lead}), then "
+            + then)
 
 
 def _check_agent_caps(before, c, agent):
@@ -1487,6 +1507,13 @@ def _check_room_settings(before, c, changes, ctx, op):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r} (a closed "
                 "room: its leads add teams)", "ask a lead of the room to change it"
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
+    if bool(old["open"]) != bool(new["open"]) and not model.is_hub_identity(c.author):
+        # one lead of a closed room opened it: the other teams' leads lost the room
+        # (it is then the operator's), and any team could join it
+        _refuse("lead-only", c, f"whether room {before.name!r} is open is the hub's "
+                f"operator's call, not {c.author}'s: an open room takes any team, and is run "
+                "by the operator", "ask the hub's operator (on the hub's machine, gitdrop room "
+                "commands act as the operator), or make a new room as you want it")
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
         if t in new["teams"] and now and now != was and c.author != was and \
@@ -1575,7 +1602,9 @@ def _check_room_change(before, c, changes, ctx, op):
     if c.author not in before.room["leads"].values() and \
             not model.is_hub_identity(c.author) and not _self_join(before.room, new, c.author) \
             and not _resync(before.room, new, c.author, ctx.registry()):
-        _registered(before, c, op)
+        # an outsider is told so; a member (registered or not) that is no lead is told
+        # that below: "register first" sent it to register, only to be refused again
+        _member(before, c)
     _check_room_settings(before, c, changes, ctx, op)
 
 

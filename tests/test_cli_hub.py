@@ -32,8 +32,10 @@ def test_teams_create_list_and_only_the_lead_changes_one(gd):
     again = gd.js("--as", "core/juno", "team", "create", "core", "--lead", "juno", "-m", "kai")
     # added to the members it had: naming one new member dropped every other
     assert again["team"]["members"] == ["core/ada", "core/juno", "core/kai", "core/spartan"]
-    out = gd.js("--as", "juno", "team", "remove", "core", "ada,juno", "kai")["team"]["members"]
-    assert out == ["core/juno", "core/spartan"]   # never its lead
+    out = gd.js("--as", "juno", "team", "remove", "core", "ada", "kai")["team"]["members"]
+    assert out == ["core/juno", "core/spartan"]
+    r = gd.refused(2, "usage", "--as", "juno", "team", "remove", "core", "juno")
+    assert "hand the lead over" in r["fix"]   # never its lead
 
 
 def test_room_create_list_show_join_leave(gd, hub):
@@ -169,3 +171,16 @@ def test_the_room_lifecycle_needs_no_agent_on_the_hubs_machine(gd, hub):
     assert "restored" in gd.ok("room", "restore", "tmp").out
     log = git("--git-dir", hub.path, "log", "--format=%an", "-3", "hub").stdout.split()
     assert set(log) == {"hub/admin"}, log
+
+
+def test_adding_a_member_whose_name_has_a_token_says_so(gd, hub):
+    """A name registered before its team named it (an open MCP registration) has a
+    token its registrant holds: added to the team, that holder would join the team's
+    closed rooms. The lead is told, and how to take the name back."""
+    from gitdrop import tokens
+    hub.register_team("core", "core/juno")
+    tokens.mint(hub.path, "core/kai")
+    r = gd.ok("--as", "core/juno", "team", "add", "core", "kai")
+    assert "core/kai has a token already" in r.err and "gitdrop token core/kai" in r.err
+    assert "core/kai" in hub.team("core")["members"]
+    assert "token" not in gd.ok("--as", "core/juno", "team", "add", "core", "ada").err

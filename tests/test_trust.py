@@ -963,12 +963,13 @@ def test_a_team_s_new_lead_takes_its_place_in_a_closed_room(proj, hub, tmp_path)
     assert e.value.rule == "lead-only"
 
 
-def test_in_an_open_room_a_lead_acts_for_its_own_team_and_the_unled(hub, lobby, clone):
+def test_in_an_open_room_a_lead_acts_for_its_own_team_only(hub, lobby, clone):
     """Any team's lead may join an open room: a stranger who made a team of its own
     and joined the lobby was a lead there like any other, and deregistered another
     team's agents, cancelled its tasks, took over its contracts and released its
-    leases. Now, in an open room, a lead acts for its own team, and for agents of
-    teams that have no lead there."""
+    leases. Then it still acted for the agents of teams with no lead recorded there:
+    in a lobby, nearly every team (a lead that registers without the lead role is
+    recorded nowhere). Now, in an open room, a lead acts for its own team only."""
     from test_rules_push import attempt
     lobby.register("core/juno", ["lead"])
     lobby.register("core/spartan", ["coder"])
@@ -997,12 +998,16 @@ def test_in_an_open_room_a_lead_acts_for_its_own_team_and_the_unled(hub, lobby, 
     c.delete(model.agent_path("core/spartan")).commit(fmt.format_message(
         "eve deregisters spartan", "", [("op", "deregister")]))
     attempt(hub, c, "lead-only")
-    # core's own lead still does all of it; so does any lead for a team with no lead
+    # core's own lead still does all of it; nobody's lead does for a team with none
     lobby.move_task("core/juno", t, "edit", reviewer="core/juno")
     u = lobby.create_task("solo/kim", "kim's", assignee="solo/kim")["id"]
-    assert lobby.move_task("evil/eve", u, "cancel", note="unled: any lead")["state"] == \
-        "cancelled"
-    lobby.deregister("evil/eve", "solo/kim")
+    for call in (lambda: lobby.move_task("evil/eve", u, "cancel", note="unled: mine?"),
+                 lambda: lobby.deregister("evil/eve", "solo/kim"),
+                 lambda: lobby.deregister("core/juno", "solo/kim")):
+        with pytest.raises(Refusal) as e:
+            call()
+        assert e.value.rule in ("task-state-machine", "lead-only"), e.value
+    assert lobby.view().agent("solo/kim") and lobby.task(u)["state"] == "assigned"
     # in a closed room every lead of the room acts for all: its leads let each team in
     hub.register_team("core", "core/juno", ["spartan"], by="core/juno")
     hub.create_room("hub/admin", "proj", teams=["core", "evil"])
@@ -1055,6 +1060,85 @@ def test_a_stranger_s_lead_runs_nothing_of_an_open_room(hub, lobby, clone):
     hub.create_room("hub/admin", "proj", teams=["core"])
     assert hub.room_settings("proj", "core/juno", {"loop_cap": 3})["settings"]["loop_cap"] == 3
     assert hub.archive_room("proj", "core/juno")["archived"]
+
+
+def test_one_lead_neither_opens_a_closed_room_nor_lets_a_stale_consent_destroy_one(
+        hub, lobby, clone, tmp_path):
+    """One lead of a closed two-team room opened it by a push of `open = true`: the
+    other team's lead lost the room, and any team could join. And the operator's
+    consent to destroy an open room, given while juno was its lead, counted after
+    juno took core out: a stranger's new team joined and destroyed it in one call."""
+    hub.register_team("core", "core/juno")
+    hub.register_team("web", "web/ana")
+    hub.create_room("hub/admin", "proj", teams=["core", "web"])
+    proj = hub.room("proj")
+    proj.register("core/juno")
+    c = clone("core/juno", room="proj")
+    c.write(model.ROOM_FILE, c.read(model.ROOM_FILE).replace("open = false", "open = true"))
+    c.commit(fmt.format_message("open it", "", [("op", "room-settings")]))
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "lead-only" and "operator" in err, err
+    with pytest.raises(Refusal) as e:
+        proj.update_room("web/ana", "room-settings", "open", open=True)
+    assert e.value.rule == "lead-only"
+    assert proj.view().room["open"] is False
+    # consents to destroy count while the leads they were given among stay
+    hub.create_room("hub/admin", "plaza", open_=True)
+    plaza = hub.room("plaza")
+    plaza.register("core/juno", ["lead"])
+    assert hub.destroy_room("plaza", "hub/admin")["waiting_for"] == ["core/juno"]
+    hub.leave_room("core", "plaza", by="core/juno")
+    plaza.register("evil/eve", ["lead"])
+    r = hub.destroy_room("plaza", "evil/eve")
+    assert not r["destroyed"] and r["waiting_for"] == ["hub/admin"], r
+    # and from the command line: a recorded lead's consent, then the operator's
+    gd = Gitdrop(hub.path, str(tmp_path / "home"), "evil/eve")
+    got = gd.js("room", "destroy", "plaza", "--yes", input="plaza\n")
+    assert got["destroyed"] is False and got["waiting_for"] == ["hub/admin"], got
+    got = gd.js("--as", "hub/admin", "room", "destroy", "plaza", "--yes", input="plaza\n")
+    assert got["destroyed"] is True, got
+
+
+def test_refusals_about_teams_say_what_will_work(hub, lobby, clone, tmp_path):
+    """A member that is no lead was told to register first, then refused again; the
+    lead taken out of its team was answered with the team unchanged; a registration
+    refused in a closed room had made its team; Hub/admin looked like the operator;
+    a room imported whole brought agents its teams' leads never named."""
+    hub.register_team("core", "core/juno", ["kai"])
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    proj = hub.room("proj")
+    proj.register("core/juno")
+    with pytest.raises(Refusal) as e:   # not registered here, and no lead: lead-only
+        proj.update_room("core/kai", "room-settings", "cap", settings={"loop_cap": 1})
+    assert e.value.rule == "lead-only" and "core/juno" in e.value.fix, e.value
+    with pytest.raises(UsageError) as e:
+        hub.register_team("core", "core/juno", by="core/juno", remove=["juno"])
+    assert "hand the lead over" in e.value.fix
+    with pytest.raises(Refusal) as e:
+        proj.register("ops/x", ["lead"])
+    assert e.value.rule == "room-membership" and hub.team("ops", missing_ok=True) is None
+    for agent in ("Hub/admin", "HUB/reaper", "Default/bob"):
+        with pytest.raises(Refusal) as e:
+            lobby.register(agent)
+        assert e.value.rule == "reserved-name", (agent, e.value)
+    with pytest.raises(Refusal) as e:
+        hub.register_team("Default", "Default/admin")
+    assert e.value.rule == "reserved-name"
+    # a room brought whole from another hub: its closed room's agents are members here
+    other = hubmod.init(str(tmp_path / "other.git"))
+    other.register_team("core", "core/juno", ["kai", "mallory"])
+    other.create_room("hub/admin", "dev", teams=["core"])
+    other.room("dev").register("core/mallory")
+    gd = Gitdrop(other.path, str(tmp_path / "home"))
+    gd.ok("room", "export", "dev", str(tmp_path / "dev.bundle"))
+    gd = Gitdrop(hub.path, str(tmp_path / "home"))
+    r = gd.refused(3, "room-membership", "room", "import", str(tmp_path / "dev.bundle"))
+    assert "gitdrop team add core mallory --as core/juno" in r["fix"] and \
+        "import it again" in r["fix"]
+    assert not hub.store.tip("refs/heads/rooms/dev")
+    hub.register_team("core", "core/juno", ["mallory"], by="core/juno")
+    gd.ok("room", "import", str(tmp_path / "dev.bundle"))
+    assert hub.room("dev").view().agent("core/mallory")
 
 
 def test_an_answer_returns_a_task_to_where_it_was_asked_from(proj, hub, clone):

@@ -59,8 +59,15 @@ def team_remove(s: Scope,
 
 
 def _members(s: Scope, name: str, add, remove) -> None:
+    from ..tokens import has
     t = s.hub.team(name)
     t = s.hub.register_team(name, t["lead"], add, by=s.agent_value, remove=remove)
+    for m in add:   # a name registered before it was a member may be someone else's
+        m = m if "/" in m else f"{name}/{m}"
+        if has(s.hub.path, m):
+            s.note(f"note: {m} has a token already, minted for whoever registered that name "
+                   "first (an MCP registration); if that is not your agent, mint it a new one, "
+                   f"which ends the old: gitdrop token {m}")
     s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
 
 
@@ -260,12 +267,11 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
     if not yes:
         raise UsageError(f"destroying {name} deletes its whole history",
                          f"if you mean it: gitdrop room destroy {name} --yes (then confirm)")
-    by = s.agent
     # Who may destroy is checked before asking: a non-lead is refused at once, not
     # after typing the name (destroy_room checks again, under its own read).
     h = s.hub
     _ref, _tip, view = h._locate(name)
-    by = h._require_lead(view, by, "destroy")
+    by = h.may_destroy(view, _operator(s))
     # The prompt goes to stderr so stdout keeps only the result (one JSON document).
     print(f"Type the room's name ({name}) to destroy it: ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline() if sys.stdin is not None else ""
