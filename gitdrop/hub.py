@@ -497,11 +497,16 @@ class Hub:
         return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
 
     def restore_room(self, room: str, by: str) -> dict:
-        ref, _tip, view = self._locate(room)
+        ref, tip, view = self._locate(room)
         if not ref.startswith(model.ARCHIVE_PREFIX):
-            raise Refusal("format", f"room {room!r} is not archived", "nothing to do")
-        by = self._require_lead(view, by, "restore")
-        tip = self._move(ref, self.store.room_ref(room), f"restored by {by}")
+            if self._hub_view().text(self._record_path(room)) is None:
+                raise Refusal("format", f"room {room!r} is not archived", "nothing to do")
+            # the restore a killed process began (its move finished since): the same
+            # call finishes it, as archive does, taking its stale record away
+            by = self._require_lead(view, by, "restore")
+        else:
+            by = self._require_lead(view, by, "restore")
+            tip = self._move(ref, self.store.room_ref(room), f"restored by {by}")
         self._hub_commit(by, lambda hv: {self._record_path(room): None},
                          f"room {room} restored by {model.short(by)}", "room-restore",
                          room=room, tip=tip)

@@ -12,6 +12,7 @@ import pytest
 
 from gitdrop import hub as hubmod
 from gitdrop import model, wal
+from gitdrop.errors import Refusal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOM_REF = "refs/heads/rooms/r"
@@ -95,6 +96,14 @@ def test_a_restore_killed_between_its_two_refs_is_finished(tmp_path):
     assert store.tip(ROOM_REF) == tip and store.tip(ARCHIVED) == tip
     assert _refs(path) == (tip, "")
     assert hubmod.Hub(path).room("r").inbox("t/ann")["messages"][0]["text"] == "before the move"
+    # its archive record, left behind, is taken away by the same call run again
+    h = hubmod.Hub(path)
+    assert h._hub_view().text("archive/r.toml")
+    assert h.restore_room("r", "hub/admin") == {"room": "r", "archived": False,
+                                                "tip": h.store.tip(ROOM_REF)}
+    assert h._hub_view().text("archive/r.toml") is None
+    with pytest.raises(Refusal):   # and then there is nothing to do
+        h.restore_room("r", "hub/admin")
 
 
 def test_a_destroy_killed_after_writing_down_its_move_is_finished(tmp_path):
