@@ -363,8 +363,8 @@ class Hub:
                                         if view.room["open"] else "")
             raise Refusal("lead-only", f"{by or 'nobody'} may not {what} room {view.name!r}: "
                           f"that is for {whose}", f"ask {' or '.join(leads)}" if leads else
-                          f"ask the hub's operator (gitdrop room {what} {view.name}, on the "
-                          "hub's machine)")
+                          f"ask the hub's operator (gitdrop --as hub/admin room {what} "
+                          f"{view.name}, on the hub's machine)")
         return by
 
     # --- rooms: lifecycle ------------------------------------------------------------

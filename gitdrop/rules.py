@@ -1501,9 +1501,9 @@ def _check_room_settings(before, c, changes, ctx, op):
             _refuse("lead-only", c, f"room {before.name!r} is open (any team's lead may join "
                     f"it), so its settings, pin and archive are the hub's operator's, not "
                     f"{c.author}'s; a team's lead there adds or takes out its own team only",
-                    "ask the hub's operator (on the hub's machine, gitdrop room commands act "
-                    "as the operator), or run your team's work in a closed room of its own "
-                    "(gitdrop room create NAME --team TEAM)")
+                    "ask the hub's operator (on the hub's machine: the same gitdrop room "
+                    "command with --as hub/admin), or run your team's work in a closed room "
+                    "of its own (gitdrop room create NAME --team TEAM)")
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r} (a closed "
                 "room: its leads add teams)", "ask a lead of the room to change it"
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
@@ -1512,8 +1512,8 @@ def _check_room_settings(before, c, changes, ctx, op):
         # (it is then the operator's), and any team could join it
         _refuse("lead-only", c, f"whether room {before.name!r} is open is the hub's "
                 f"operator's call, not {c.author}'s: an open room takes any team, and is run "
-                "by the operator", "ask the hub's operator (on the hub's machine, gitdrop room "
-                "commands act as the operator), or make a new room as you want it")
+                "by the operator", "ask the hub's operator (on the hub's machine: the same "
+                "gitdrop command with --as hub/admin), or make a new room as you want it")
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
         if t in new["teams"] and now and now != was and c.author != was and \

@@ -141,7 +141,7 @@ def render_error(e: GitdropError) -> str:
     if nxt and _TEAM_ADD[0].search(nxt):
         nxt = _TEAM_ADD[0].sub(_TEAM_ADD[1], nxt)
     elif e.rule in NEXT and e.rule not in ("token", "identity") and \
-            (not nxt or "gitdrop " in nxt):
+            (not nxt or "gitdrop " in nxt) and "operator" not in nxt:   # a person's act
         nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
     elif nxt:
         nxt = _tool_words(nxt)
