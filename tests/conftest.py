@@ -202,6 +202,26 @@ def pytest_runtest_protocol(item, nextitem):
             lock.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_home(tmp_path_factory):
+    """A home of the suite's own: a test that ran `gitdrop work` without one wrote its
+    ledger under the ~/.gitdrop of whoever ran the suite. git keeps reading that
+    person's own config (its identity) through GIT_CONFIG_GLOBAL."""
+    was = {k: os.environ.get(k) for k in ("HOME", "GIT_CONFIG_GLOBAL")}
+    real = os.path.join(os.path.expanduser("~"), ".gitconfig")
+    if was["GIT_CONFIG_GLOBAL"] is None and os.path.exists(real):
+        os.environ["GIT_CONFIG_GLOBAL"] = real
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("home"))
+    try:
+        yield
+    finally:
+        for k, v in was.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(autouse=True)
 def _own_remote_cache(tmp_path_factory, monkeypatch):
     """Each test its own GITDROP_CACHE (remote hubs' mirrors), never ~/.gitdrop/remotes:
