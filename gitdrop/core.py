@@ -186,6 +186,10 @@ class Room:
             raise UsageError("no agent given", "say who you are (--as / GITDROP_AGENT)")
         if "/" in name:
             if view.agent(name) is None:
+                if model.is_hub_identity(name):   # no agent: it registers nowhere
+                    raise NotFound(f"{name} is the hub's own identity: it runs rooms "
+                                   "(room settings, archive, pin), and acts in none",
+                                   "act as a registered agent (--as team/name; gitdrop who)")
                 raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                                f"register it (gitdrop register {name}) or check gitdrop who")
             return name

@@ -273,7 +273,30 @@ class Hub:
                            [(path, "old" if prev else None, "new")])
             return {path: new}, msg, {}
         self.store.write(model.HUB_REF, build, author, now=self.clock(), check=False)
-        return dict(doc)
+        out = dict(doc)
+        if old is not None and old["lead"] != lead and author == old["lead"]:
+            out["handed_over_in"] = self._hand_over(name, old["lead"], lead)
+        return out
+
+    def _hand_over(self, team: str, was: str, lead: str) -> list[str]:
+        """After a hand-over in the registry, the lead it replaced hands its entry in
+        every active room to the new lead: else it kept its powers there (settings,
+        reviews, sign-offs) until somebody thought of gitdrop room join in each."""
+        done = []
+        for name in self.store.rooms(model.ROOM_PREFIX):
+            try:
+                view = self.store.view(name)
+                if view.room["leads"].get(team) != was:
+                    continue
+                self.room(name).update_room(
+                    was, "room-join", f"team {team}'s lead in {name} is now {model.short(lead)}",
+                    leads=lambda d: dict(d["leads"], **{team: lead}))
+                done.append(name)
+            except GitdropError as e:   # that room keeps the old lead: said, not fatal
+                sys.stderr.write(f"gitdrop: {name} still names {was} as team {team}'s lead "
+                                 f"({e.reason}); {lead} takes it over there with gitdrop "
+                                 f"--room {name} room join {name} --team {team}\n")
+        return done
 
     def team(self, name: str, missing_ok=False) -> dict | None:
         text = self._hub_view().text(hubrules.team_path(name))
@@ -421,7 +444,8 @@ class Hub:
             r.update_room(by, "room-join", f"team {team}'s lead in {room} is now "
                           f"{model.short(t['lead'])}",
                           leads=lambda d: dict(d["leads"], **{team: t["lead"]}))
-            return {"room": room, "team": team, "joined": False, "lead": t["lead"]}
+            return {"room": room, "team": team, "joined": False, "lead": t["lead"],
+                    "lead_changed": True}
         r.update_room(by, "room-join", f"team {team} joined {room}",
                       teams=lambda d: d["teams"] + [team],
                       leads=lambda d: dict(d["leads"], **{team: t["lead"]}))

@@ -1496,7 +1496,7 @@ def _check_room_settings(before, c, changes, ctx, op):
         _registry_leads(c, new, old["leads"], teams)
     lead = c.author in room_leads(before) or model.is_hub_identity(c.author)
     if not lead and not _self_join(old, new, c.author) and \
-            not _resync(old, new, c.author, teams) and not _own_leave(old, new, c.author):
+            not _resync(old, new, c.author, teams) and not _own_leave(old, new, c.author, teams):
         if old["open"]:
             _refuse("lead-only", c, f"room {before.name!r} is open (any team's lead may join "
                     f"it), so its settings, pin and archive are the hub's operator's, not "
@@ -1553,16 +1553,22 @@ def room_leads(view) -> list[str]:
     return [] if view.room["open"] else sorted(set(view.room["leads"].values()))
 
 
-def _own_leave(old, new, author) -> bool:
+def _own_leave(old, new, author, teams=None) -> bool:
     """`author`, the lead recorded for its own team, takes that team out of the room
-    (or only its lead entry), and changes nothing else."""
+    (or only its lead entry), or hands its lead entry to the registry's lead of the
+    team (after a hand-over there), and changes nothing else."""
     team = model.split_agent(author)[0]
     if old["leads"].get(team) != author:
         return False
     leads = {k: v for k, v in old["leads"].items() if k != team}
+    heir = (teams or {}).get(team)
     rest = {k: v for k, v in old.items() if k not in ("teams", "leads")}
-    return new["leads"] == leads and {k: v for k, v in new.items()
-                                      if k not in ("teams", "leads")} == rest and \
+    if {k: v for k, v in new.items() if k not in ("teams", "leads")} != rest:
+        return False
+    if heir and heir != author and new["teams"] == old["teams"] and \
+            new["leads"] == dict(leads, **{team: heir}):
+        return True
+    return new["leads"] == leads and \
         new["teams"] in (old["teams"], [t for t in old["teams"] if t != team])
 
 
@@ -1588,7 +1594,8 @@ def _resync(old, new, author, teams) -> bool:
     """The registry's lead of one of the room's teams records itself as the team's
     lead there (after a hand-over in the registry), and changes nothing else: else
     the lead it replaced kept its powers in every closed room."""
-    return (teams or {}).get(model.split_agent(author)[0]) == author and \
+    team = model.split_agent(author)[0]
+    return (teams or {}).get(team) == author and old["leads"].get(team) != author and \
         _own_lead_only(old, new, author, joins=False)
 
 

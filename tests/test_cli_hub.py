@@ -183,4 +183,21 @@ def test_adding_a_member_whose_name_has_a_token_says_so(gd, hub):
     r = gd.ok("--as", "core/juno", "team", "add", "core", "kai")
     assert "core/kai has a token already" in r.err and "gitdrop token core/kai" in r.err
     assert "core/kai" in hub.team("core")["members"]
-    assert "token" not in gd.ok("--as", "core/juno", "team", "add", "core", "ada").err
+    assert "has a token" not in gd.ok("--as", "core/juno", "team", "add", "core", "ada").err
+
+
+def test_the_operator_and_short_names_where_a_newcomer_meets_them(gd, hub, tmp_path):
+    """`room create --as ana` was refused as nobody; `--as hub/admin send` said to
+    register hub/admin, which is refused; an install for an agent its team never named
+    wrote a config whose first call was refused."""
+    hub.register_team("web", "web/ana")
+    assert gd.js("--as", "ana", "room", "create", "r1", "--team", "web")["teams"] == ["web"]
+    r = gd("--as", "hub/admin", "send", "ana", "-m", "hi", "--json")
+    assert r.rc == 4 and "hub's own identity" in r.json["reason"] and \
+        "gitdrop register hub" not in r.json["fix"], r
+    project = tmp_path / "project"
+    project.mkdir()
+    r = gd.refused(3, "room-membership", "--room", "r1", "mcp", "install", "--client",
+                   "claude-code", "--as", "web/zed", cwd=str(project))
+    assert "gitdrop team add web zed --as web/ana" in r["fix"]
+    assert not (project / ".mcp.json").exists()

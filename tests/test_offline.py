@@ -859,11 +859,13 @@ def test_sync_judges_a_room_write_by_the_hubs_team_registry(served, tmp_path):
     # mirror's branch already says kai).
     h.create_room("core/juno", "dev", ["core"])                           # #1
     h.register_team("core", "core/kai", ["core/juno"], by="core/juno")    # #2, the hub
-    assert [e["ref"] for e in h.store.take_queued()] == ["refs/heads/rooms/dev",
-                                                         "refs/heads/hub"]
+    # #3, #4: juno hands its lead in the rooms to kai (the lobby's and dev's)
+    assert [e["ref"] for e in h.store.take_queued()] == [
+        "refs/heads/rooms/dev", "refs/heads/hub", "refs/heads/rooms/dev",
+        "refs/heads/rooms/lobby"]
     served.start()
     r = h.store.sync()
-    assert r["refused"] == [] and [e["id"] for e in r["synced"]] == [1, 2], r["refused"]
+    assert r["refused"] == [] and [e["id"] for e in r["synced"]] == [1, 2, 3, 4], r["refused"]
     assert served.hub.team("core")["lead"] == "core/kai"
     # Now kai makes a room for core offline, while on the hub the lead goes back to
     # juno: the registry the sync fetched refuses it here, before any push.

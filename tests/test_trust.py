@@ -943,7 +943,10 @@ def test_a_pushed_room_with_bad_settings_is_refused(hub, tmp_path, setting):
 
 def test_a_team_s_new_lead_takes_its_place_in_a_closed_room(proj, hub, tmp_path):
     """After a hand-over in the registry, the new lead's `room join` (the re-sync)
-    was refused in a closed room, and the lead it replaced kept its powers there."""
+    was refused in a closed room, and the lead it replaced kept its powers there. (A
+    hand-over now reaches the rooms itself; one that did not, a room it failed in,
+    is taken over by the new lead's room join.)"""
+    hub._hand_over = lambda *a: []   # as a hand-over that reached no room
     hub.register_team("web", "web/bob", by="web/ana")
     assert hub.team("web")["lead"] == "web/bob"
     # a re-sync is of one's own team, and changes nothing else
@@ -1139,6 +1142,32 @@ def test_refusals_about_teams_say_what_will_work(hub, lobby, clone, tmp_path):
     hub.register_team("core", "core/juno", ["mallory"], by="core/juno")
     gd.ok("room", "import", str(tmp_path / "dev.bundle"))
     assert hub.room("dev").view().agent("core/mallory")
+
+
+def test_a_lead_handed_over_in_the_registry_is_handed_over_in_its_rooms(hub, lobby):
+    """After a hand-over in the registry the lead it replaced kept its powers in every
+    room until somebody ran room join in each; and a change that changed nothing was
+    taken from anyone recorded as a lead (an open room's pin, said done)."""
+    hub.register_team("core", "core/juno", ["kai"])
+    hub.register_team("web", "web/ana")
+    hub.create_room("hub/admin", "proj", teams=["core", "web"])
+    lobby.register("core/juno", ["lead"])
+    got = hub.register_team("core", "core/kai", by="core/juno")
+    assert sorted(got["handed_over_in"]) == ["lobby", "proj"], got
+    assert hub.room("proj").view().room["leads"] == {"core": "core/kai", "web": "web/ana"}
+    assert lobby.view().room["leads"] == {"core": "core/kai"}
+    with pytest.raises(Refusal) as e:
+        hub.room_settings("proj", "core/juno", {"loop_cap": 1})
+    assert e.value.rule == "lead-only"
+    hub.room("proj").register("core/kai")
+    assert hub.room_settings("proj", "core/kai", {"loop_cap": 2})["settings"]["loop_cap"] == 2
+    # a no-op is judged as the change it would be
+    hub.create_room("hub/admin", "town", open_=True)
+    hub.pin_room("town", "hub/admin")
+    hub.room("town").register("web/ana", ["lead"])
+    with pytest.raises(Refusal) as e:
+        hub.pin_room("town", "web/ana")
+    assert e.value.rule == "lead-only"
 
 
 def test_an_answer_returns_a_task_to_where_it_was_asked_from(proj, hub, clone):

@@ -366,7 +366,8 @@ async def test_an_open_registration_joins_no_team_s_closed_room(hub):
             before = tips(hub)
             text = await anon.refused("register", "room-membership", agent_name="core/newbie")
             assert "register_team(team_name='core', leader='core/juno', members='newbie')" \
-                in text and "gitdrop" not in text, text
+                in text and "gitdrop team" not in text, text
+            assert "gitdrop token core/newbie" in text   # the owner's step, a command
             assert tips(hub) == before
             assert not os.path.exists(os.path.join(hub.path, "gitdrop", "tokens.json"))
         # its lead names it a member, and the hub's owner mints its token

@@ -27,17 +27,14 @@ def team_create(s: Scope,
                 member: Annotated[Optional[list[str]], typer.Option(
                     "--member", "-m", help="A member (repeat, or a comma list).")] = None):
     """Register a team (or update it: its lead only)."""
-    by = s.agent_value
-    if by and "/" not in by:   # who that is, among the registry's leads and members
-        from ..core import by_short_name
-        known = {m for t in s.hub.teams() for m in [t["lead"], *t["members"]]}
-        found = by_short_name(by, known)
-        if not found:
-            raise UsageError(f"--as {by}: no team's lead or member has that name",
-                             "say who you are as team/name (--as team/name)")
-        by = found
+    by = _registered_as(s)
+    if by and "/" not in by:
+        raise UsageError(f"--as {by}: no team's lead or member has that name",
+                         "say who you are as team/name (--as team/name)")
     t = s.hub.register_team(name, lead, split_list(member), by=by)
-    s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
+    s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}"
+           + (f"\nits lead in {', '.join(t['handed_over_in'])} is now {t['lead']}"
+              if t.get("handed_over_in") else ""))
 
 
 @command(team_app, "add")
@@ -68,6 +65,12 @@ def _members(s: Scope, name: str, add, remove) -> None:
             s.note(f"note: {m} has a token already, minted for whoever registered that name "
                    "first (an MCP registration); if that is not your agent, mint it a new one, "
                    f"which ends the old: gitdrop token {m}")
+        else:
+            s.note(f"next: {m} registers in the team's rooms (gitdrop --room ROOM register "
+                   f"{m}); over MCP HTTP it needs its token first: gitdrop token {m}")
+    if remove:
+        s.note("taken out of the team, not out of the rooms they are registered in: their "
+               "lead deregisters them there (gitdrop --room ROOM deregister team/name)")
     s.emit({"team": t}, f"team {t['name']}: lead {t['lead']}, members {', '.join(t['members'])}")
 
 
@@ -199,7 +202,8 @@ def room_join(s: Scope, name: RoomArg = None, team: TeamOpt = ""):
     """Add a team to a room (a lead of the room; in an open room, the team's lead)."""
     room = name or s.room_name
     r = s.hub.join_room(_team_of(s, team), room, s.agent_value)
-    s.emit(r, f"team {r['team']} {'joined' if r['joined'] else 'was already in'} {room}")
+    s.emit(r, f"team {r['team']}'s lead in {room} is now {r['lead']}" if r.get("lead_changed")
+           else f"team {r['team']} {'joined' if r['joined'] else 'was already in'} {room}")
 
 
 @command(room_app, "leave")
@@ -229,7 +233,18 @@ def _operator(s: Scope) -> str:
     create and room settings do on the hub's machine (archive said 'this command acts
     as an agent' where create, beside it, needed no --as)."""
     from ..hub import OPERATOR
-    return s.agent_value or OPERATOR
+    return _registered_as(s) or OPERATOR
+
+
+def _registered_as(s: Scope) -> str:
+    """--as, a short name made team/name where one of the registry's leads and members
+    has it (room create --as ana was refused as nobody); else as given."""
+    by = s.agent_value
+    if by and "/" not in by:
+        from ..core import by_short_name
+        known = {m for t in s.hub.teams() for m in [t["lead"], *t["members"]]}
+        by = by_short_name(by, known) or by
+    return by
 
 
 @command(room_app, "archive")

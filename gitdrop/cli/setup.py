@@ -359,6 +359,11 @@ def mcp_install(s: Scope, client: ClientOpt,
                              "(--as team/name: it registers on its first call), or check "
                              "gitdrop who") from None
     elif agent and room.view().agent(agent) is None:
+        from ..rules import non_member, team_member
+        teams = s.hub.store.teams()
+        if not team_member(teams, room.view().room, agent):   # its register would be refused
+            reason, fix = non_member(teams, s.room_name, agent, "install again")
+            raise Refusal("room-membership", reason, fix)
         s.note(f"{agent} is not registered in {s.room_name} yet: its first call, register, "
                "adds it")
     entry = make_entry(spec, hub, s.room_name, agent, tools.value)

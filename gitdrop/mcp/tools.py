@@ -123,7 +123,8 @@ _CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"(\w+)")),
                tool.replace("{id}", r"\1")) for cli, tool in CLI_TOOLS]
 # A closed room's refusal of an agent its team's lead has not named (rules._check_register).
 _TEAM_ADD = (re.compile(r"gitdrop team add ([\w.-]+) ([\w.-]+) --as ([\w.-]+/[\w.-]+)"),
-             r"register_team(team_name='\1', leader='\3', members='\2'), called by \3")
+             r"register_team(team_name='\1', leader='\3', members='\2'), called by \3 (over "
+             r"HTTP the hub's owner then mints this agent's token: gitdrop token \1/\2)")
 
 
 def _tool_words(fix: str) -> str:
