@@ -44,9 +44,17 @@ class BaseStore:
     def room_tip(self, room: str) -> str:
         tip = self.tip(self.room_ref(room))
         if not tip:
-            raise NotFound(f"no room {room!r} in this hub",
-                           "list rooms with gitdrop room list, or create it (gitdrop room create)")
+            raise self.no_room(room)
         return tip
+
+    def no_room(self, room: str) -> NotFound:
+        """What to say of a room that is not active: archived (a writer whose room the
+        reaper archived was told to create it, which the name refuses), or none."""
+        if self.tip(model.ARCHIVE_PREFIX + room):
+            return NotFound(f"room {room!r} is archived", f"a lead restores it (gitdrop room "
+                            f"restore {room}); its history reads with gitdrop room show {room}")
+        return NotFound(f"no room {room!r} in this hub",
+                        "list rooms with gitdrop room list, or create it (gitdrop room create)")
 
     def view(self, room: str, at: str = "") -> RoomView:
         c = self.reader.commit(self.resolve(at) if at else self.room_tip(room))
@@ -151,6 +159,11 @@ class BaseStore:
                     # last seconds) is dated when it is built, not when it began.
                     late = int(time.monotonic() - began)
                     start = tip = self.tip(ref)
+                    if not tip and ref.startswith(model.ROOM_PREFIX) and \
+                            self.tip(model.ARCHIVE_PREFIX + room):
+                        # archived since the write read it (a reaper): said so, not
+                        # "team t is not a member" of the empty room it built on
+                        raise self.no_room(room)
                     w = self._writer()
                     if w is not None:
                         w.defer_sync = True

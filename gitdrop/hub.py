@@ -39,6 +39,10 @@ MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to
 DAY = 86400
 
 
+class _NotDue(Exception):
+    """A room the reaper listed as due is due no more (checked under its lock)."""
+
+
 def hooks_source() -> str:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     candidates = [os.path.join(here, "hooks"), os.path.join(os.path.dirname(__file__), "_hooks")]
@@ -487,9 +491,14 @@ class Hub:
         word = "pinned" if pinned else "unpinned"
         if ref.startswith(model.ARCHIVE_PREFIX):
             by = self._require_lead(view, by, "pin")
-            self._hub_commit(by, lambda hv: {self._record_path(room): fmt.dumps_toml(
-                dict(self._archive_record(room, hv), pinned=pinned))},
-                f"archived room {room} {word} by {model.short(by)}", "room-pin", room=room)
+            with self._moving():   # not between a reaper's check and its destroy
+                if not self.store.tip(ref):
+                    raise NotFound(f"room {room!r} is gone (destroyed as it was pinned)",
+                                   "gitdrop room list --all")
+                self._hub_commit(by, lambda hv: {self._record_path(room): fmt.dumps_toml(
+                    dict(self._archive_record(room, hv), pinned=pinned))},
+                    f"archived room {room} {word} by {model.short(by)}", "room-pin",
+                    room=room)
         else:
             self.room(room).update_room(self._actor(view, by), "room-pin",
                                         f"room {room} {word}", pinned=pinned)
@@ -575,9 +584,10 @@ class Hub:
         return self._require_lead(view, by, "destroy",
                                   [x for x in self.destroyers(view) if x != OPERATOR])
 
-    def _destroy(self, room: str, by: str, why: str, now: int) -> dict:
-        ref, tip, _view = self._locate(room)
-        tip = self._move(ref, None, f"destroyed by {by}")
+    def _destroy(self, room: str, by: str, why: str, now: int, ref: str = "",
+                 still=None) -> dict:
+        ref = ref or self._locate(room)[0]
+        tip = self._move(ref, None, f"destroyed by {by}", still=still)
 
         def files(hv):
             return {p: None for p in (self._record_path(room), f"destroy/{room}.toml")
@@ -587,13 +597,14 @@ class Hub:
                          room=room, tip=tip)
         return {"room": room, "destroyed": True, "tip": tip}
 
-    def _move(self, ref: str, to: str | None, why: str, tries: int = 200) -> str:
+    def _move(self, ref: str, to: str | None, why: str, tries: int = 200, still=None) -> str:
         """Move (or, with to=None, delete) a room's ref. Both refs are locked first
         and the tip is read under the lock, so no writer can slip a commit in between
         (a writer that finds the lock taken retries and then finds no room). Two refs
         never change at once, so the move is written down first (MOVE_JOURNAL): a
         process killed at any point leaves it to the next move or the next open of the
-        hub, which finishes it (_finish_move)."""
+        hub, which finishes it (_finish_move). `still(tip)`, under the locks, may
+        raise to call the move off (the reaper's: is the room still due)."""
         with self._moving():
             self._finish_move()
             for _ in range(tries):
@@ -607,6 +618,8 @@ class Hub:
                     if to and self.store.tip(to):
                         raise Refusal("format", f"{to} already exists",
                                       "destroy or restore the other one first")
+                    if still is not None:
+                        still(tip)
                     self._write_journal(ref, to, tip)
                     _reached("journaled")
                     self._set_refs(held, [(to, "", tip)] if to else [], [(ref, tip, "")],
@@ -740,10 +753,14 @@ class Hub:
         """An archived room's record; without one (a crash between the ref move and
         the record) it counts as archived at its last commit and not pinned."""
         text = (hub_view or self._hub_view()).text(self._record_path(room))
-        if text:
-            return fmt.loads_toml(text)
         ref = model.ARCHIVE_PREFIX + room
         tip = self.store.tip(ref)
+        rec = fmt.loads_toml(text) if text else None
+        # one for another archive of the name (a destroy killed before its hub commit
+        # left it) is not this one's: a room archived later under the name took its
+        # date and was destroyed at the next reap
+        if rec is not None and (not rec.get("tip") or not tip or rec["tip"] == tip):
+            return rec
         when = self._room_commit(ref, tip).time if tip else 0
         return {"name": room, "archived": when, "tip": tip, "pinned": False, "missing": True}
 
@@ -855,13 +872,15 @@ class Hub:
                 judged[0] += 1
                 if progress is not None:
                     progress(judged[0], judged[1])
+                if r["health"] == "damaged":   # gitdrop repair's, not the reaper's
+                    continue
                 if r.get("unrecorded"):
                     # archived by a process killed before it wrote the record: when,
                     # and whether pinned, is not known, so its expiry runs from now
                     # (from its last commit, a long idle room went at the next reap)
                     if not dry:
                         self._archive(r["room"], REAPER, "found archived without its "
-                                      "record: its expiry runs from now", now,
+                                      "record: its expiry runs from now", clock,
                                       moved=self.store.tip(model.ARCHIVE_PREFIX + r["room"]))
                     continue
                 if now - r[since] < days * DAY:
@@ -870,12 +889,40 @@ class Hub:
                     spared.append(r["room"])
                     continue
                 if not dry:
-                    act(r["room"], REAPER, why, now)
+                    try:
+                        act(r["room"], why)
+                    except _NotDue:   # pinned, written to or restored since the list
+                        continue
+                    except (NotFound, Conflict, Damaged) as e:   # another reap's, say
+                        sys.stderr.write(f"gitdrop: reap left room {r['room']} ({e.reason})\n")
+                        continue
                 done.append(r["room"])
             return done
-        archived = due("active", idle_days, "last_activity", self._archive,
+
+        def archive(name, why):
+            ref = self.store.room_ref(name)
+
+            def still(tip):   # under the room's lock: nobody writes it meanwhile
+                c = self._room_commit(ref, tip)
+                if self._view_at(name, tip).room["pinned"] or now - c.time < idle_days * DAY:
+                    raise _NotDue()
+            # dated by the hub's clock: a --now in the past made records the next
+            # reap took for long expired, and destroyed
+            self._archive(name, REAPER, why, clock,
+                          moved=self._move(ref, model.ARCHIVE_PREFIX + name,
+                                           f"archived by {REAPER}", still=still))
+
+        def destroy(name, why):
+            def still(tip):   # an archive still, this one, unpinned and expired
+                rec = self._archive_record(name)
+                if rec.get("pinned") or rec.get("missing") or rec.get("tip", tip) != tip or \
+                        now - rec["archived"] < expiry_days * DAY:
+                    raise _NotDue()
+            self._destroy(name, REAPER, why, clock, ref=model.ARCHIVE_PREFIX + name,
+                          still=still)
+        archived = due("active", idle_days, "last_activity", archive,
                        f"idle over {idle_days} days")
-        destroyed = due("archived", expiry_days, "archived_at", self._destroy,
+        destroyed = due("archived", expiry_days, "archived_at", destroy,
                         f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
                 "reaped": reaped, "dry_run": dry,
@@ -890,7 +937,8 @@ class Hub:
             try:
                 for r in Room(self.store, name, self.clock).reap_leases(REAPER):
                     out.append(dict(r, room=name))
-            except GitdropError as e:
+            except (GitdropError, KeyError, ValueError, pygit2.GitError) as e:
+                # one damaged ref (naming a tree, say) stopped every round of the reaper
                 sys.stderr.write(f"gitdrop: reaping tasks in {name} failed ({e})\n")
         return out
 
