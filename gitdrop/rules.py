@@ -925,7 +925,8 @@ def _check_task_move(before, c, changes, ctx, op):
     frm, _to, who, fields = machine.MOVES[move]
     tid = ch.key
     if old["state"] not in frm:
-        if move == "claim" and old["assignee"]:  # a lost race: say who won
+        if move == "claim" and old["assignee"] and old["assignee"] != c.author:
+            # a lost race: say who won (its own assignee is told its next moves, below)
             _refuse("task-state-machine", c, f"task {tid} was already claimed by "
                     f"{old['assignee']} (it is {old['state']})",
                     "pick another task (gitdrop task list --state pending)")

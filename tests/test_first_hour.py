@@ -95,3 +95,13 @@ def test_a_name_without_a_team_says_where_it_went(gd, hub):
     r = gd.ok("register", "bob")
     assert "default/bob" in r.err and "--team" in r.err
     assert hub.room("lobby").view().agent("default/bob")
+
+
+def test_claiming_a_task_already_yours_says_what_you_may_do_with_it(gd, team):
+    """The task's own assignee claiming it was told it was claimed by itself, and to
+    pick another task; it is told its next moves."""
+    tid = gd.ok("task", "create", "mine", "--assign", "kai").out.strip()
+    r = gd.refused(3, "task-state-machine", "--as", "kai", "task", "claim", tid)
+    assert "start" in r["fix"] and "pick another" not in r["fix"], r
+    r = gd.refused(3, "task-state-machine", "--as", "spartan", "task", "claim", tid)
+    assert "already claimed by core/kai" in r["reason"] and "pick another" in r["fix"]
