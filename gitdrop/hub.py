@@ -8,7 +8,8 @@ import time
 
 import pygit2
 
-from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, wal, writequeue
+from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, tokens, wal, \
+    writequeue
 from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -191,11 +192,9 @@ class Hub:
         view = self.store.view(room)
         if t is None and not model.member_team(view.room, team):
             # said before the team is made: a refused registration made it all the same
-            raise Refusal("room-membership", f"team {team!r} is not a member of room "
-                          f"{room!r} (members: {', '.join(view.room['teams']) or 'none'})",
-                          "register in a room your team is in, or ask a lead of the room "
-                          f"to add team {team} (gitdrop room join {room} --team {team}) once "
-                          f"it exists (gitdrop team create {team} --lead {model.short(agent)})")
+            raise Refusal("room-membership", *rules.team_outside(
+                view.room, room, team, f" once it exists (gitdrop team create {team} --lead "
+                f"{model.short(agent)}), or register in a room your team is in"))
         if t is None:
             self.register_team(team, agent)
         elif t["lead"] != agent:
@@ -278,6 +277,12 @@ class Hub:
             return {path: new}, msg, {}
         self.store.write(model.HUB_REF, build, author, now=self.clock(), check=False)
         out = dict(doc)
+        # a name registered before its team named it (an open MCP registration) has a
+        # token its registrant holds, who is now a member in the team's closed rooms
+        held = [m for m in members if m not in (old or {}).get("members", ())
+                and tokens.has(self.path, m)]
+        if held:
+            out["tokens_held"] = held
         if old is not None and old["lead"] != lead and author == old["lead"]:
             out["handed_over_in"] = self._hand_over(name, old["lead"], lead)
         return out
@@ -915,7 +920,8 @@ class Hub:
         def destroy(name, why):
             def still(tip):   # an archive still, this one, unpinned and expired
                 rec = self._archive_record(name)
-                if rec.get("pinned") or rec.get("missing") or rec.get("tip", tip) != tip or \
+                # (a record of another archive of the name counts as missing)
+                if rec.get("pinned") or rec.get("missing") or \
                         now - rec["archived"] < expiry_days * DAY:
                     raise _NotDue()
             self._destroy(name, REAPER, why, clock, ref=model.ARCHIVE_PREFIX + name,

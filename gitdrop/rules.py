@@ -374,16 +374,18 @@ def _member(before, c) -> str:
     """The author's team, refused (room-membership) if the room does not take it."""
     team = model.split_agent(c.author)[0] if model.is_agent_id(c.author) else ""
     if team and not model.member_team(before.room, team):
-        _refuse("room-membership", c, f"team {team!r} is not a member of room "
-                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
-                _join_fix(before, team))
+        _refuse("room-membership", c, *team_outside(before.room, before.name, team))
     return team
 
 
-def _join_fix(before, team):
-    leads = sorted(set(before.room["leads"].values()))
+def team_outside(room: dict, name: str, team: str, also: str = "") -> tuple[str, str]:
+    """(reason, fix) for team `team`'s agent in room `name` (room.toml `room`), which
+    does not take that team."""
+    leads = sorted(set(room["leads"].values()))
     who = f"a lead of the room ({', '.join(leads)})" if leads else "a lead of the room"
-    return f"ask {who} to add team {team} (gitdrop room join {before.name} --team {team})"
+    return (f"team {team!r} is not a member of room {name!r} (members: "
+            f"{', '.join(room['teams']) or 'none'})",
+            f"ask {who} to add team {team} (gitdrop room join {name} --team {team})" + also)
 
 
 def _unknown_path(c, ch):
@@ -418,13 +420,13 @@ def _check_register(before, c, changes, ctx, op):
                 f"commit as {ch.key} (git config user.name {ch.key})")
     team = model.split_agent(ch.key)[0]
     if model.reserved_team(team) and team != model.DEFAULT_TEAM:
-        _refuse("reserved-name", c, f"team {team!r} is reserved for the hub's own identities "
-                f"(hub/admin, hub/reaper){'' if team == model.ADMIN_TEAM else ' and agents that named no team (default/name), in any case'}; "
-                "no agent registers in it", "register under your own team (team/name)")
+        _refuse("reserved-name", c, f"team {team!r} is reserved, in any case, for the hub's "
+                "own identities (hub/admin, hub/reaper) and for agents that named no team "
+                "(default/name); no agent registers in it",
+                "register under your own team (team/name)")
     if not model.member_team(before.room, team):
-        _refuse("room-membership", c, f"team {team!r} is not a member of room "
-                f"{before.name!r} (members: {', '.join(before.room['teams']) or 'none'})",
-                _join_fix(before, team) + ", or register in a room your team is in")
+        _refuse("room-membership", c, *team_outside(
+            before.room, before.name, team, ", or register in a room your team is in"))
     teams = ctx.registry()
     if not team_member(teams, before.room, ch.key):
         _refuse("room-membership", c, *non_member(teams, before.name, ch.key))

@@ -56,12 +56,11 @@ def team_remove(s: Scope,
 
 
 def _members(s: Scope, name: str, add, remove) -> None:
-    from ..tokens import has
     t = s.hub.team(name)
     t = s.hub.register_team(name, t["lead"], add, by=s.agent_value, remove=remove)
-    for m in add:   # a name registered before it was a member may be someone else's
+    for m in add:
         m = m if "/" in m else f"{name}/{m}"
-        if has(s.hub.path, m):
+        if m in t.get("tokens_held", ()):
             s.note(f"note: {m} has a token already, minted for whoever registered that name "
                    "first (an MCP registration); if that is not your agent, mint it a new one, "
                    f"which ends the old: gitdrop token {m}")
