@@ -952,7 +952,7 @@ def _check_task_move(before, c, changes, ctx, op):
     if not roles & set(who):
         _refuse("task-state-machine", c, f"{c.author} may not {move} task {tid} (needs "
                 f"{' or '.join(who)}; task creator {old['creator']}, assignee "
-                f"{old['assignee'] or 'none'})", _who_fix(before, move, who, old))
+                f"{old['assignee'] or 'none'})", _who_fix(before, move, who, old, tid))
     if move in machine.NEEDS_NOTE and not (new["note"] or "").strip() and not c.body.strip():
         _refuse("task-state-machine", c, f"{move} needs a reason", "give a reason (--reason)")
     _MOVE_CHECKS.get(move, _none)(before, c, old, new, tid)
@@ -968,14 +968,29 @@ def _none(*_a):
     pass
 
 
-def _who_fix(before, move, who, task):
+def _who_fix(before, move, who, task, tid):
     if "assignee" in who and task["assignee"]:
         return f"only {task['assignee']} (the assignee) can do this"
     if "reviewer" in who:
         rev = reviewer_of(before, task)
         return f"ask {rev} (the reviewer) to do it" if rev else \
             "ask the reviewer (a lead; each lead reviews their own team's agents) to do it"
-    return f"ask a {' or '.join(who)} to do it"
+    if move == "sign":
+        return _sign_fix(before, task, tid)
+    named = {task["creator"]: ["its creator"]} if "creator" in who and task["creator"] else {}
+    if "lead" in who:
+        for x in sorted({team_lead(before, model.split_agent(a)[0])
+                         for a in (task["creator"], task["assignee"]) if a} - {""}):
+            named.setdefault(x, []).append("a lead")
+    if not named:
+        return f"ask a {' or '.join(who)} to do it"
+    return "ask " + " or ".join(f"{x} ({', '.join(r)})" for x, r in named.items()) + " to do it"
+
+
+def _sign_fix(before, task, tid) -> str:
+    need = signers_needed(before, task)
+    return f"ask {' and '.join(need)} to sign it (gitdrop task sign {tid})" if need else \
+        f"nothing to sign: it starts without (gitdrop task show {tid})"
 
 
 def _move_assign(before, c, old, new, tid):
@@ -1081,7 +1096,7 @@ def _move_sign(before, c, old, new, tid):
     need = signers_needed(before, old)
     if c.author not in need:
         _refuse("dual-sign", c, f"{c.author} is not one of the leads who sign task {tid} "
-                f"({', '.join(need) or 'it needs no sign-off'})", "ask those leads")
+                f"({', '.join(need) or 'it needs no sign-off'})", _sign_fix(before, old, tid))
     if c.author in old["signoffs"] or new["signoffs"] != old["signoffs"] + [c.author]:
         _refuse("dual-sign", c, f"{c.author} signs once, by appending itself to signoffs",
                 "sign only once")

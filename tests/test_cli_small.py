@@ -428,3 +428,35 @@ def test_an_inbox_killed_as_it_marks_its_messages_read_has_shown_them(gd, team):
                         "inbox"], env=gd.env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 137 and "the build is red" in p.stdout, (p.stdout, p.stderr)
     assert "nothing new" in gd.ok("--as", "core/spartan", "inbox").out
+
+
+def test_a_refusals_next_step_keeps_the_as_and_room_it_was_given(gd, team, lobby):
+    """The fix said `gitdrop inbox`: pasted, it read the environment's agent's inbox
+    (or the lobby's), not the one that was refused. A step for someone else keeps
+    its own (no --as of the caller's)."""
+    team.send("core/juno", "core/kai", "the build is red")
+    doc = gd.refused(3, "unread-before-send", "--as", "core/kai", "send", "juno", "-m", "ok")
+    assert "(gitdrop --as core/kai inbox)" in doc["fix"], doc
+    lobby.register("web/wen", ["lead"])
+    lobby.register("web/ali", ["coder"])
+    tid = gd.js("task", "create", "cross", "--assign", "web/ali")["id"]
+    doc = gd.refused(3, "task-state-machine", "--as", "core/spartan", "task", "sign", tid)
+    assert f"ask core/juno and web/wen to sign it (gitdrop task sign {tid})" in doc["fix"], doc
+    doc = gd.refused(3, "dual-sign", "--as", "core/juno", "task", "sign", "--room", "lobby",
+                     gd.js("task", "create", "one team", "--assign", "kai")["id"])
+    assert "nothing to sign" in doc["fix"], doc
+    tid = gd.js("task", "create", "theirs", "--assign", "web/ali")["id"]
+    doc = gd.refused(3, "task-state-machine", "--as", "core/kai", "task", "cancel", tid)
+    assert doc["fix"] == "ask core/juno (its creator, a lead) or web/wen (a lead) " \
+        "to do it", doc
+
+
+def test_a_send_with_its_text_last_is_told_to_put_it_after_m(gd, team):
+    """`gitdrop send kai "the text"` read the text as a second recipient, then waited
+    on stdin or said the message was empty."""
+    r = gd("--as", "core/juno", "send", "kai", "the build is red")
+    assert r.rc == 2 and "no recipient" in r.err, r
+    assert "gitdrop --as core/juno send kai -m 'the build is red'" in r.err, r
+    r = gd("--as", "core/juno", "send", "kai", "hi", input="")
+    assert r.rc == 2 and "gitdrop --as core/juno send kai -m hi" in r.err, r
+    assert gd.ok("--as", "core/juno", "send", "kai", "-m", "hi").rc == 0

@@ -31,14 +31,14 @@ def test_the_inbox_shows_reasons_notes_and_questions(gd, team):
 def test_the_unread_rule_names_the_cli_command(gd, team):
     gd.ok("send", "spartan", "-m", "hello")
     doc = gd.refused(3, "unread-before-send", "--as", "spartan", "send", "juno", "-m", "hi")
-    assert "gitdrop inbox" in doc["fix"] and "check_inbox" not in doc["fix"]
+    assert "gitdrop --as spartan inbox" in doc["fix"] and "check_inbox" not in doc["fix"]
 
 
 def test_a_target_that_has_not_acked_is_told_to_ack(gd, team):
     hid = gd.ok("handshake", "start", "--plan", "the plan", "--to", "spartan").out.strip()
     tid = gd.ok("task", "create", "bound", "--assign", "spartan", "--handshake", hid).out.strip()
     doc = gd.refused(3, "handshake-go", "--as", "spartan", "task", "start", tid)
-    assert f"gitdrop handshake ack {hid}" in doc["fix"] and "yourself" in doc["fix"]
+    assert f"gitdrop --as spartan handshake ack {hid}" in doc["fix"] and "yourself" in doc["fix"]
 
 
 def test_a_message_over_the_limit_is_sent_where_it_fits(gd, team):

@@ -191,11 +191,16 @@ def send(s: Scope,
     """Send a message (refused while you have unread messages: run gitdrop inbox)."""
     agent = s.agent
     if message is None:
+        if len(to) > 1 and not to[-1].split() == [to[-1]]:   # `send kai "the text"`
+            raise UsageError(f"{to[-1]!r} is no recipient: the text goes after -m",
+                             _text_after_m(s, to))
         if sys.stdin is None or sys.stdin.isatty():
-            raise UsageError("no message text", "give it with -m TEXT or on stdin")
+            raise UsageError("no message text", "give it with -m TEXT or on stdin"
+                             + (f" ({_text_after_m(s, to)}?)" if len(to) > 1 else ""))
         message = sys.stdin.read()
     if not message.strip():
-        raise UsageError("the message is empty", "write some text (-m TEXT)")
+        raise UsageError("the message is empty", "write some text (-m TEXT)"
+                         + (f"; or {_text_after_m(s, to)}" if len(to) > 1 else ""))
     r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to,
                     key=key or s.key)
     # a remote hub that could not take it: queued, not sent (said so below, too)
@@ -204,6 +209,13 @@ def send(s: Scope,
            + (f" (cc {', '.join(r['cc'])})" if r["cc"] else "") + f" [{short_id(r['commit'])}]")
     for hint in r.get("hints", []):
         s.note(f"note: {hint}")
+
+
+def _text_after_m(s, to) -> str:
+    """The send a person who wrote the text last meant (the CLI reads it as one
+    more recipient)."""
+    import shlex
+    return s.again(f"send {' '.join(map(shlex.quote, to[:-1]))} -m {shlex.quote(to[-1])}")
 
 
 @command(app, "sent")

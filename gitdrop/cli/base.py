@@ -220,6 +220,25 @@ class Scope:
             parts += ["--as", shlex.quote(self.agent_option)]
         return " ".join(parts + [args])
 
+    def here(self, text: str) -> str:
+        """`text` with each gitdrop command in it given this one's --hub and --room,
+        and its --as where the step is the caller's own: the core says "gitdrop
+        inbox", which, pasted, read another agent's inbox, or the lobby's. A step for
+        someone else ("ask juno to sign it (gitdrop task sign 4)") keeps its own."""
+        mine = self.again("", self.room_name)[len("gitdrop "):]
+        if not mine:
+            return text
+        theirs = Scope(self.hub_option, self.room_name).again("", self.room_name)[8:]
+        import re
+        names = "|".join(sorted(_command_names(), key=len, reverse=True))
+
+        def flags(m):
+            clause = re.split(r"[;.]|, then", text[:m.start()])[-1]
+            rest = re.split(r"[)`;]", text[m.end():])[0]
+            other = re.search(r"\b(ask|runs)\b", clause) or "--as" in rest
+            return "gitdrop " + (theirs if other else mine)
+        return re.sub(rf"\bgitdrop (?=(?:{names})\b)", flags, text)
+
     # --- where ------------------------------------------------------------------
     @property
     def hub(self):
@@ -274,10 +293,18 @@ class Scope:
             print(text, file=sys.stderr)
 
     def fail(self, err: GitdropError) -> "typer.Exit":
+        if err.fix:
+            err.fix = self.here(err.fix)
         if self.json:
             print(fmt.json_line(error_doc(err)))
         print(paint(render(err), "red", sys.stderr), file=sys.stderr)
         return typer.Exit(err.exit_code)
+
+
+@functools.lru_cache(maxsize=1)
+def _command_names() -> tuple:
+    from .main import app
+    return tuple(typer.main.get_command(app).commands)
 
 
 def error_doc(err: GitdropError) -> dict:
