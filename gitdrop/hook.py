@@ -37,7 +37,16 @@ def pusher() -> str:
                           "ask the gitolite admin for a key named after your agent, e.g. "
                           "keydir/core+juno.pub for core/juno (see docs/HOSTING.md)")
         return agent
-    return os.environ.get("GITDROP_PUSHER") or os.environ.get("REMOTE_USER", "")
+    who = os.environ.get("GITDROP_PUSHER") or os.environ.get("REMOTE_USER", "")
+    if not who and os.environ.get("GATEWAY_INTERFACE"):
+        # A web server ran git http-backend for a push nobody logged in for: without
+        # a pusher the hook checks no identity (as for a local push), so anyone who
+        # reached the URL would write as anyone, the hub's operator included.
+        raise Refusal("authenticated-pusher", "this push came over HTTP without a login "
+                      "(the web server set no REMOTE_USER)",
+                      "push with your agent's user name and password; the server must ask "
+                      "for a login on every push (Require valid-user, see docs/HOSTING.md)")
+    return who
 
 
 MAX_PUSH_COMMITS = 10000

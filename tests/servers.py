@@ -243,6 +243,12 @@ ScriptAlias /git/ {HTTP_BACKEND}/
     AuthUserFile {self.htpasswd}
     Require valid-user
 </Location>
+
+# A mistake an operator can make: the same hub with no login (see test_githosts)
+ScriptAlias /nologin/ {HTTP_BACKEND}/
+<Location /nologin/>
+    Require all granted
+</Location>
 """
 
     def url(self, agent: str, secret: str | None = None) -> str:

@@ -107,6 +107,20 @@ def test_a_gitolite_user_who_is_no_agent_is_refused(served, tmp_path):
     assert snapshot(served.hub.path) == before
 
 
+@pytest.mark.parametrize("served", ["apache"], indirect=True)
+def test_a_push_nobody_logged_in_for_is_refused(served, tmp_path):
+    """A location a web server lets through without a login: the hook saw no pusher
+    and checked no identity, so anyone who reached the URL wrote as anyone."""
+    url = f"http://127.0.0.1:{served.port}/nologin/hub.git"
+    c = Clone(url, tmp_path / "c", "lobby", "core/juno")
+    c.write(model.task_path(5), task_file(5, "core/juno")).commit("task 5")
+    before = snapshot(served.hub.path)
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "authenticated-pusher", err
+    assert "without a login" in err and "Require valid-user" in err, err
+    assert snapshot(served.hub.path) == before
+
+
 def test_the_gitdrop_command_through_the_url(served, tmp_path):
     env = dict(os.environ, GITDROP_CACHE=str(tmp_path / "cache"))
 
