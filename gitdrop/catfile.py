@@ -122,6 +122,8 @@ class CatFile:
                        message.decode("utf-8", "surrogateescape"))
         c.encoding = fields.get(b"encoding", [b""])[0].decode("utf-8", "surrogateescape")
         c.header_problem = problem
+        c.committer = fields.get(b"committer", [b""])[0].decode(
+            "utf-8", "surrogateescape").partition(" <")[0]
         self._commits[oid] = c
         return c
 

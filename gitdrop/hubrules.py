@@ -36,7 +36,7 @@ ADMIN_TEAM = model.ADMIN_TEAM   # hub/<name>: the hub's own identities (admin, r
 def check(reader, c, changes, pusher="") -> str:
     """A commit on the hub branch: create or update one team."""
     op = c.op or "team-update"
-    from .rules import bad_commit, bad_encoding, bad_text
+    from .rules import bad_commit, bad_encoding, bad_text, pushed_by
     if len(c.message.encode("utf-8", "surrogateescape")) > HUB_MESSAGE_MAX or \
             bad_text(c.message) or bad_encoding(c):
         _refuse("format", c, f"the commit message is over {HUB_MESSAGE_MAX} bytes, not UTF-8, "
@@ -44,9 +44,7 @@ def check(reader, c, changes, pusher="") -> str:
                 "write a short plain-text message (no encoding header: git config --unset "
                 "i18n.commitEncoding)")
     bad_commit(c)
-    if pusher and c.author != pusher:
-        _refuse("authenticated-pusher", c, f"author {c.author} but pushed as {pusher}",
-                f"recommit as {pusher}")
+    pushed_by(c, pusher)
     if not c.parents:
         return op
     if op not in ("team-create", "team-update"):

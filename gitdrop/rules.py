@@ -173,12 +173,7 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _check_paths(before, c, changes)
     _check_case(before, c, changes)
     op = c.op or infer(before, c, changes)
-    if ctx.pusher and c.author != ctx.pusher:
-        _refuse("authenticated-pusher", c, f"the commit's author is {c.author} but the "
-                f"push was authenticated as {ctx.pusher}",
-                f"recommit your commits as {ctx.pusher} and push again: git config user.name "
-                f"{ctx.pusher} && git rebase --exec 'git commit --amend --no-edit "
-                "--allow-empty --reset-author' @{u}")
+    pushed_by(c, ctx.pusher)
     fn = CHECKS.get(op) or (_check_task_move if op.startswith("task-") else None)
     if fn is None:
         _refuse("one-operation", c, f"unknown operation {op!r}",
@@ -319,6 +314,19 @@ def bad_encoding(c) -> str:
     if enc and enc.strip().lower() not in ("utf-8", "utf8"):
         return f"declares the encoding {enc[:40]!r}; messages are read as UTF-8"
     return ""
+
+
+def pushed_by(c, pusher: str) -> None:
+    """A commit through a door that knows who pushes names the pusher as its author
+    and as its committer: git log shows both, and is the audit trail."""
+    if not pusher or c.author == c.committer == pusher:
+        return
+    which = "author" if c.author != pusher else "committer"
+    _refuse("authenticated-pusher", c, f"the commit's {which} is "
+            f"{c.author if which == 'author' else c.committer} but the push was "
+            f"authenticated as {pusher}", f"recommit your commits as {pusher} and push again: "
+            f"git config user.name {pusher} && git rebase --exec 'git commit --amend "
+            "--no-edit --allow-empty --reset-author' @{u}")
 
 
 def bad_commit(c) -> None:

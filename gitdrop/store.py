@@ -66,6 +66,7 @@ class Reader:
                            obj.author.raw_email.decode("utf-8", "surrogateescape"),
                            obj.commit_time, obj.raw_message.decode("utf-8", "surrogateescape"))
             c.encoding = obj.message_encoding or ""
+            c.committer = obj.committer.raw_name.decode("utf-8", "surrogateescape")
             if len(self._commits) > 50000:
                 self._commits.clear()
             self._commits[oid] = c

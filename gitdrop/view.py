@@ -11,7 +11,7 @@ from .errors import Damaged, Refusal
 
 class CommitData:
     __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
-                 "_parsed", "_op", "rcpt", "brief", "encoding", "header_problem")
+                 "_parsed", "_op", "rcpt", "brief", "encoding", "header_problem", "committer")
 
     def __init__(self, oid, tree, parents, author, email, time, message):
         self.oid, self.tree, self.parents = oid, tree, parents
@@ -20,6 +20,7 @@ class CommitData:
         self._parsed = self._op = self.rcpt = self.brief = None
         self.encoding = ""   # its `encoding` header, if it has one (rules.check refuses it)
         self.header_problem = ""   # what breaks git's form of the headers (rules.bad_commit)
+        self.committer = author   # its committer's name, where read from git
 
     @property
     def parsed(self):

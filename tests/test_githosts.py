@@ -107,6 +107,32 @@ def test_a_gitolite_user_who_is_no_agent_is_refused(served, tmp_path):
     assert snapshot(served.hub.path) == before
 
 
+def test_a_forged_committer_is_refused(served, tmp_path):
+    """The author was checked and the committer not: a commit of juno's could say it
+    was committed by spartan, and git log --format=fuller, the audit trail, showed it.
+    On the hub branch too."""
+    for ref, path, text in (("rooms/lobby", model.task_path(6), task_file(6, "core/juno")),
+                            (model.HUB_REF, "teams/core.toml", None)):
+        c = Clone(served.url("core/juno"), tmp_path / ref.replace("/", "-"), "lobby",
+                  "core/juno")
+        if text is None:
+            git("fetch", "-q", "origin", model.HUB_REF, cwd=c.path)
+            git("checkout", "-q", "FETCH_HEAD", cwd=c.path)
+            text = open(os.path.join(c.path, path)).read() + "\n# hi\n"
+        c.write(path, text)
+        git("add", "-A", cwd=c.path)
+        git("commit", "-qm", "by juno", cwd=c.path,
+            env={"GIT_COMMITTER_NAME": "core/spartan", "GIT_COMMITTER_EMAIL": "s@x"})
+        before = snapshot(served.hub.path)
+        p = git("push", "origin", f"HEAD:{ref}", cwd=c.path, check=False)
+        assert p.returncode != 0 and refused_rule(p.stderr) == "authenticated-pusher", p.stderr
+        assert "committer is core/spartan but the push was authenticated as core/juno" \
+            in p.stderr, p.stderr
+        assert snapshot(served.hub.path) == before
+        git("commit", "-q", "--amend", "--no-edit", "--reset-author", cwd=c.path)
+        assert git("push", "origin", f"HEAD:{ref}", cwd=c.path, check=False).returncode == 0
+
+
 @pytest.mark.parametrize("served", ["apache"], indirect=True)
 def test_a_push_nobody_logged_in_for_is_refused(served, tmp_path):
     """A location a web server lets through without a login: the hook saw no pusher
