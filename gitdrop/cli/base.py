@@ -221,14 +221,14 @@ class Scope:
         return " ".join(parts + [args])
 
     def here(self, text: str) -> str:
-        """`text` with each gitdrop command in it given this one's --hub and --room,
-        and its --as where the step is the caller's own: the core says "gitdrop
-        inbox", which, pasted, read another agent's inbox, or the lobby's. A step for
-        someone else ("ask juno to sign it (gitdrop task sign 4)") keeps its own."""
+        """`text` with each gitdrop command in it given this one's --hub, --room and
+        --as where the step is the caller's own: the core says "gitdrop inbox", which,
+        pasted, read another agent's inbox, or the lobby's. A step for someone else
+        ("ask juno to sign it (gitdrop task sign 4)") is left as it is: who runs it
+        where is theirs to know."""
         mine = self.again("", self.room_name)[len("gitdrop "):]
         if not mine:
             return text
-        theirs = Scope(self.hub_option, self.room_name).again("", self.room_name)[8:]
         import re
         names = "|".join(sorted(_command_names(), key=len, reverse=True))
 
@@ -236,7 +236,7 @@ class Scope:
             clause = re.split(r"[;.]|, then", text[:m.start()])[-1]
             rest = re.split(r"[)`;]", text[m.end():])[0]
             other = re.search(r"\b(ask|runs)\b", clause) or "--as" in rest
-            return "gitdrop " + (theirs if other else mine)
+            return "gitdrop " + ("" if other else mine)
         return re.sub(rf"\bgitdrop (?=(?:{names})\b)", flags, text)
 
     # --- where ------------------------------------------------------------------
