@@ -279,6 +279,31 @@ def test_ctrl_c_stops_a_server_quietly(gd, team):
     assert p.returncode == 0 and "stopped" in err and "queue" not in err, (p.returncode, err)
 
 
+# `gitdrop serve`, its SIGTERM arriving while the garbage collector runs a callback
+# (a full collection runs as a server starts): what a signal handler raises there is
+# dropped by Python ("Exception ignored in"), and the server served on for good.
+_STOPPED_IN_A_COLLECTION = (
+    "import gc, os, signal, sys\n"
+    "def cb(phase, info):\n"
+    "    pauses = sys.modules.get('gitdrop.pauses')   # the server's own collection\n"
+    "    if pauses and pauses._STATE['on'] and not sent:\n"
+    "        sent.append(os.kill(os.getpid(), signal.SIGTERM))\n"
+    "        sum(range(1000))   # the handler runs here, in the callback\n"
+    "sent = []\n"
+    "gc.callbacks.append(cb)\n"
+    "from gitdrop.cli.main import main\n"
+    "sys.argv[0] = 'gitdrop'\n"
+    "main()\n")
+
+
+def test_a_stop_that_comes_in_a_collection_still_stops_the_server(gd, team):
+    p = subprocess.run([sys.executable, "-c", _STOPPED_IN_A_COLLECTION, "serve", "--transport",
+                        "http", "--port", "0"], env=gd.env, capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0 and "server stopped" in p.stderr, (p.returncode, p.stderr)
+    assert "Exception ignored" not in p.stderr, p.stderr
+
+
 def test_status_takes_a_short_name_as_every_command_does(gd, team):
     """`--as juno status` said juno was not registered: it compared the name as given."""
     team.set_status("core/juno", "reviewing")

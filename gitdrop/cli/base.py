@@ -333,16 +333,70 @@ class Stopped(KeyboardInterrupt):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+_RESET: set = set()   # the signals _on_stop gave back to the system
+_AGAIN = {"signal": 0, "busy": False}   # a stop to deliver again (see _unraisable)
+
+
+def _dropped_in(frame) -> bool:
+    """Whether what is raised in `frame` is dropped by Python, which goes on as if
+    nothing had been raised ("Exception ignored in"): a collector's callback, a
+    finalizer, an import lock's weakref callback, or _unraisable itself."""
+    if _AGAIN["busy"]:
+        return True
+    import gc
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        code = frame.f_code
+        if code in callbacks or code.co_name == "__del__" or \
+                (code.co_name == "cb" and "importlib" in code.co_filename):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_stop(signum, frame):
+    if _dropped_in(frame):   # raised there, the stop would be lost: again, once out
+        return _deliver_again(signum)
     for s in STOP_SIGNALS + (signal.SIGINT,):   # a second signal ends the process at once
         if signal.getsignal(s) is _on_stop:
             signal.signal(s, signal.SIG_DFL)
+            _RESET.add(s)
     # git commands run in sessions of their own (a kill of this one misses them),
     # and other threads' too: the exception raised here reaches this thread only
     remote = sys.modules.get("gitdrop.transports.remote")
     if remote is not None:
         remote.end_git_commands()
     raise Stopped(signum)
+
+
+def _deliver_again(signum: int) -> None:
+    """The stop again in a moment, from a thread (once; the handler back in place)."""
+    for s in _RESET:
+        signal.signal(s, _on_stop)
+    _RESET.clear()
+    if not _AGAIN["signal"]:
+        _AGAIN["signal"] = signum
+
+        def send():
+            sig, _AGAIN["signal"] = _AGAIN["signal"], 0
+            os.kill(os.getpid(), sig)
+        threading.Timer(0.05, send).start()
+
+
+def _unraisable(hook):
+    """sys.unraisablehook while a command runs. Stopped raised where Python drops what
+    is raised and goes on (a collector's callback, a weakref's, a finalizer: "Exception
+    ignored in") is delivered again, once out of there: a server stopped just as it
+    started (a full collection runs then) ignored its Ctrl-C and served on for good."""
+    def unraisable(u):
+        if not isinstance(u.exc_value, Stopped):
+            return hook(u)
+        _AGAIN["busy"] = True
+        try:
+            _deliver_again(u.exc_value.signum)
+        finally:
+            _AGAIN["busy"] = False
+    return unraisable
 
 
 @contextlib.contextmanager
@@ -359,9 +413,11 @@ def stop_signals():
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         mine += (signal.SIGINT,)
     old = {s: signal.signal(s, _on_stop) for s in mine}
+    hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for s, handler in old.items():
             signal.signal(s, handler)
 
