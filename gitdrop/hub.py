@@ -251,8 +251,12 @@ class Hub:
         path = hubrules.team_path(name)
         old = self.team(name, missing_ok=True)
         if old is not None and old["lead"] == lead and set(members) <= set(old["members"]) \
-                and not remove & set(old["members"]) - {lead} and by in ("", lead):
-            return old   # as asked already, by the lead or the operator: no commit
+                and not remove & set(old["members"]) - {lead}:
+            # as asked already: no commit; but a hand-over killed before it reached
+            # every room is finished by the same call, by either lead
+            rooms = self._hand_over(name, by or lead, lead)
+            if rooms or by in ("", lead):
+                return dict(old, handed_over_in=rooms) if rooms else old
         author = by or (lead if old is None else "")
         if not author:
             raise Refusal("lead-only", f"team {name} exists and is led by {old['lead']}",
@@ -287,22 +291,28 @@ class Hub:
             out["handed_over_in"] = self._hand_over(name, old["lead"], lead)
         return out
 
-    def _hand_over(self, team: str, was: str, lead: str) -> list[str]:
-        """After a hand-over in the registry, the lead it replaced hands its entry in
-        every active room to the new lead: else it kept its powers there (settings,
-        reviews, sign-offs) until somebody thought of gitdrop room join in each."""
+    def _hand_over(self, team: str, by: str, lead: str, rooms=None) -> list[str]:
+        """After a hand-over in the registry, the team's entry in every active room
+        goes to the new lead `lead`: written by `by`, the lead it replaced (its own
+        entries), or the new lead (every entry still naming another). Else the old
+        lead kept its powers there (settings, reviews, sign-offs) until somebody
+        thought of gitdrop room join in each. Run again, it finishes one that was
+        stopped partway. (Archived rooms are run by the registry's leads already,
+        and restore records them.) The operator may write any."""
         done = []
-        for name in self.store.rooms(model.ROOM_PREFIX):
+        for name in self.store.rooms(model.ROOM_PREFIX) if rooms is None else rooms:
             try:
                 view = self.store.view(name)
-                if view.room["leads"].get(team) != was:
+                was = view.room["leads"].get(team)
+                if not was or was == lead or (by not in (was, lead)
+                                              and not model.is_hub_identity(by)):
                     continue
                 self.room(name).update_room(
-                    was, "room-join", f"team {team}'s lead in {name} is now {model.short(lead)}",
+                    by, "room-join", f"team {team}'s lead in {name} is now {model.short(lead)}",
                     leads=lambda d: dict(d["leads"], **{team: lead}))
                 done.append(name)
             except GitdropError as e:   # that room keeps the old lead: said, not fatal
-                sys.stderr.write(f"gitdrop: {name} still names {was} as team {team}'s lead "
+                sys.stderr.write(f"gitdrop: {name} still names another lead of team {team} "
                                  f"({e.reason}); {lead} takes it over there with gitdrop "
                                  f"--room {name} room join {name} --team {team}\n")
         return done
@@ -374,10 +384,10 @@ class Hub:
         return (f"see what can be put back: gitdrop --hub {self.path} repair (it names the "
                 f"last commit gitdrop logged for {ref}; --apply puts it back)")
 
-    @staticmethod
-    def leads_of(view: RoomView) -> list[str]:
-        """Who acts for a room (the same answer the rules give for room.toml)."""
-        return rules.room_leads(view)
+    def leads_of(self, view: RoomView) -> list[str]:
+        """Who acts for a room (the same answer the rules give for room.toml): its
+        recorded leads, each as the team registry has it now."""
+        return rules.room_leads(view, self.store.teams())
 
     def _actor(self, view: RoomView, by: str) -> str:
         """`by` as team/name: a short name resolves among the room's agents and leads."""
@@ -548,40 +558,68 @@ class Hub:
         self._hub_commit(by, lambda hv: {self._record_path(room): None},
                          f"room {room} restored by {model.short(by)}", "room-restore",
                          room=room, tip=tip)
+        # leads handed over in the registry while it was archived take their place
+        # (the restorer writes what is its own to write; the rest, said, take it with
+        # room join)
+        teams = self.store.teams() or {}
+        for team, was in view.room["leads"].items():
+            if teams.get(team) and teams[team] != was:
+                self._hand_over(team, by, teams[team], [room])
         return {"room": room, "archived": False, "tip": tip}
 
     def destroy_room(self, room: str, by: str, why: str = "") -> dict:
         """Hard delete (active or archived), agreed by the lead of every member team:
         each lead's call records their consent; the last one deletes the ref. In a
         room without team leads, one of its leads decides."""
-        ref, tip, view = self._locate(room)
+        path = f"destroy/{room}.toml"
+        try:
+            ref, tip, view = self._locate(room)
+        except NotFound:
+            return self._destroyed_before(room, by, path)
         by = self.may_destroy(view, by)
         leads = self.destroyers(view)
-        path = f"destroy/{room}.toml"
         text = self._hub_view().text(path)
         was = fmt.loads_toml(text) if text else {}
-        # Consents given while other leads were recorded count no more: the operator
-        # agreed to wait for juno, juno took core out, and a stranger's new team
-        # joined and destroyed the room with one call.
-        had = set(was.get("consents", [])) if was.get("leads", leads) == leads else set()
+        # Consents count only for the room they were given for, among the leads they
+        # were given among: the operator agreed to wait for juno, juno took core out,
+        # and a stranger's new team joined and destroyed the room with one call; a
+        # destroy killed before its record went left consents that destroyed the
+        # next room of the name with one call.
+        had = set(was.get("consents", [])) if was.get("leads") == leads and \
+            was.get("created") == view.room["created"] else set()
         agreed = sorted(had | {by})
         said = {OPERATOR if model.is_hub_identity(a) else a for a in agreed}   # any hub/*
         waiting = [x for x in leads if x not in said]
         if waiting:
             self._hub_commit(by, {path: fmt.dumps_toml({"name": room, "consents": agreed,
-                                                        "leads": leads})},
+                                                        "leads": leads,
+                                                        "created": view.room["created"]})},
                              f"{model.short(by)} agrees to destroy room {room} (waiting for "
                              f"{', '.join(waiting)})", "room-destroy-consent", room=room)
             return {"room": room, "destroyed": False, "tip": tip, "consents": agreed,
                     "waiting_for": waiting}
         return self._destroy(room, by, why, self.clock())
 
-    @staticmethod
-    def destroyers(view: RoomView) -> list[str]:
-        """Whose consent destroys a room: the lead of every member team, and in an open
-        room the operator too (any team's lead may join one: a stranger's new team,
-        its only recorded lead, destroyed it and its history alone)."""
-        leads = sorted(set(view.room["leads"].values()))
+    def _destroyed_before(self, room: str, by: str, path: str) -> dict:
+        """`room destroy` of a room that is gone: a destroy killed after the room went
+        and before its hub commit left its records; the same call takes them away
+        (else the consents counted for the next room of the name)."""
+        hv = self._hub_view()
+        left = [p for p in (path, self._record_path(room)) if hv.text(p) is not None]
+        if not left:
+            raise NotFound(f"no room {room!r} in this hub", "gitdrop room list --all")
+        self._hub_commit(by or OPERATOR, lambda v: {p: None for p in left
+                                                    if v.text(p) is not None},
+                         f"room {room} destroyed (its records, left by a destroy that was "
+                         "stopped, taken away)", "room-destroy", room=room)
+        return {"room": room, "destroyed": True, "tip": "", "finished": True}
+
+    def destroyers(self, view: RoomView) -> list[str]:
+        """Whose consent destroys a room: the lead of every member team (as the team
+        registry has it now), and in an open room the operator too (any team's lead
+        may join one: a stranger's new team, its only recorded lead, destroyed it and
+        its history alone)."""
+        leads = sorted(set(rules.leads_now(view.room, self.store.teams()).values()))
         return leads + [OPERATOR] if view.room["open"] else leads
 
     def may_destroy(self, view: RoomView, by: str) -> str:
@@ -976,7 +1014,7 @@ class Hub:
                            "list them with gitdrop room list --all")
         self._room_commit(ref, tip)
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip,
-                             progress=progress)
+                             progress=progress, hub=self.store.tip(model.HUB_REF) or "")
 
 
 class _TextReader:

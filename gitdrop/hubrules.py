@@ -181,6 +181,35 @@ class Registry(dict):
         self.members: dict = {}
 
 
+class RegistryAt:
+    """The registry as it stood at a time, for history judged again: `at(time)` is
+    the registries of the hub branch's commits of that second and of the newest one
+    before it (the hub dates a room's hand-over no earlier than the registry's, to
+    the second). The branch is walked once, when first asked."""
+
+    def __init__(self, reader, hub: str = model.HUB_REF):
+        self.reader, self.hub, self._commits, self._got = reader, hub, None, {}
+
+    def __call__(self, when: int) -> list:
+        if self._commits is None:
+            self._commits = []   # (time, oid), newest first
+            try:
+                c = self.reader.commit(self.hub)
+                while True:
+                    self._commits.append((c.time, c.oid))
+                    if not c.parents:
+                        break
+                    c = self.reader.commit(c.parents[0])
+            except (KeyError, ValueError, TypeError):
+                pass
+        then = [o for t, o in self._commits if t == when]
+        then += [o for t, o in self._commits if t < when][:1]
+        for oid in then:
+            if oid not in self._got:
+                self._got[oid] = registry(self.reader, oid)
+        return [self._got[o] for o in then]
+
+
 def registry(reader, hub: str = model.HUB_REF) -> Registry | None:
     """The hub branch's team files as a Registry, or None if there is no hub
     branch (a bare repository used as a hub by hand). `hub` is the branch's tip or

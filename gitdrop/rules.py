@@ -20,13 +20,16 @@ class Ctx:
     the hub's team registry."""
 
     def __init__(self, reader, now: int | None = None, pusher: str = "", teams=None,
-                 fresh=(), past_ok: bool = False, latest: int | None = None):
+                 fresh=(), past_ok: bool = False, latest: int | None = None, teams_at=None):
         self.reader = reader
         self.now = now          # None when re-validating history: no clock rule
         self.pusher = pusher    # identity the transport authenticated, if any
         # teams() -> {team: lead} from the hub branch, or None where there is none;
         # consulted (at receipt only) when room.toml names leads.
         self._teams, self._registry = teams, False
+        # teams_at(time) -> the registry as it stood then, for history judged again
+        # (verify): a lead handed over by the registry did so by the registry of then.
+        self._teams_at = teams_at
         # Commits of the same push before this one: they arrived now, whatever
         # their dates say (the loop guard counts them in its window).
         self.fresh = fresh
@@ -38,9 +41,19 @@ class Ctx:
         self.latest = latest
 
     def registry(self) -> dict | None:
+        """The registry at receipt (None when history is judged again): what the
+        rules refuse by."""
         if self._registry is False:
             self._registry = self._teams() if self._teams and self.now is not None else None
         return self._registry
+
+    def registries_of(self, c) -> list:
+        """The registry `c` was made under: the current one at receipt; when history is
+        judged again, the one of its date (every one of that second: the hub's
+        commits are dated to the second). What a hand-over is let through by."""
+        if self.now is not None:
+            return [self.registry()]
+        return (self._teams_at(c.time) if self._teams_at else None) or [None]
 
 
 def _refuse(rule, c, reason, fix=""):
@@ -1482,9 +1495,17 @@ def _refuse_room_creator(c, room):
 
 def _registry_leads(c, new, old, teams):
     """Every lead room.toml records anew must be that team's lead in the hub's
-    team registry (refs/heads/hub, teams/<team>.toml)."""
+    team registry (refs/heads/hub, teams/<team>.toml), and every team a closed room
+    takes in must be there: else anyone of that team registered in it, and made
+    itself the team's lead there once it made the team."""
+    if not new["open"]:
+        for team in new["teams"]:
+            if team not in old.get("teams", ()) and team not in teams:
+                _refuse("lead-only", c, f"team {team!r} is not in the hub's team registry: "
+                        "a closed room takes in teams its registry names",
+                        f"create the team first (gitdrop team create {team} --lead NAME)")
     for team, lead in new["leads"].items():
-        if old.get(team) == lead:
+        if old.get("leads", {}).get(team) == lead:
             continue
         if team not in teams:
             _refuse("lead-only", c, f"team {team!r} is not in the hub's team registry",
@@ -1517,12 +1538,37 @@ def _check_room_settings(before, c, changes, ctx, op):
                 f"{new['layout']}: only the hub's room-layout commit changes it",
                 "leave layout as it is; a hub moves a room to the current layout when it opens")
     _check_leads(c, new)
-    teams = ctx.registry()
-    if teams is not None:
-        _registry_leads(c, new, old["leads"], teams)
-    lead = c.author in room_leads(before) or model.is_hub_identity(c.author)
+    if ctx.registry() is not None:
+        _registry_leads(c, new, old, ctx.registry())
+    if bool(old["open"]) != bool(new["open"]) and not model.is_hub_identity(c.author):
+        # one lead of a closed room opened it: the other teams' leads lost the room
+        # (it is then the operator's), and any team could join it
+        _refuse("lead-only", c, f"whether room {before.name!r} is open is the hub's "
+                f"operator's call, not {c.author}'s: an open room takes any team, and is run "
+                "by the operator", "ask the hub's operator (on the hub's machine: the same "
+                "gitdrop command with --as hub/admin), or make a new room as you want it")
+    refused = None
+    for teams in ctx.registries_of(c):
+        try:
+            _room_change_by(before, c, old, new, teams, ctx.now is None)
+            break
+        except Refusal as e:
+            refused = refused or e
+    else:
+        raise refused
+    _check_settings(c, new)
+
+
+def _room_change_by(before, c, old, new, teams, again: bool) -> None:
+    """Whether `c.author` may change room.toml from `old` to `new`, by the team
+    registry `teams` it was made under. A lead the registry replaced runs the room no
+    more (a hand-over killed before it reached the room left it recorded); history
+    judged `again` also takes the leads recorded then."""
+    lead = c.author in room_leads(before, teams) or model.is_hub_identity(c.author) or \
+        (again and c.author in room_leads(before))
     if not lead and not _self_join(old, new, c.author) and \
-            not _resync(old, new, c.author, teams) and not _own_leave(old, new, c.author, teams):
+            not _resync(old, new, c.author, teams) and \
+            not _own_leave(old, new, c.author, teams, any_heir=again):
         if old["open"]:
             _refuse("lead-only", c, f"room {before.name!r} is open (any team's lead may join "
                     f"it), so its settings, pin and archive are the hub's operator's, not "
@@ -1533,13 +1579,6 @@ def _check_room_settings(before, c, changes, ctx, op):
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r} (a closed "
                 "room: its leads add teams)", "ask a lead of the room to change it"
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
-    if bool(old["open"]) != bool(new["open"]) and not model.is_hub_identity(c.author):
-        # one lead of a closed room opened it: the other teams' leads lost the room
-        # (it is then the operator's), and any team could join it
-        _refuse("lead-only", c, f"whether room {before.name!r} is open is the hub's "
-                f"operator's call, not {c.author}'s: an open room takes any team, and is run "
-                "by the operator", "ask the hub's operator (on the hub's machine: the same "
-                "gitdrop command with --as hub/admin), or make a new room as you want it")
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
         if t in new["teams"] and now and now != was and c.author != was and \
@@ -1554,7 +1593,6 @@ def _check_room_settings(before, c, changes, ctx, op):
             _refuse("lead-only", c, f"only team {t}'s lead ({was}) or the hub's operator "
                     f"takes team {t}" + (" out of" if t not in new["teams"] else "'s lead out "
                                          "of") + f" room {before.name!r}", f"ask {was}")
-    _check_settings(c, new)
 
 
 def _check_settings(c, room):
@@ -1570,19 +1608,29 @@ def _check_settings(c, room):
                 "at most max_task_lease")
 
 
-def room_leads(view) -> list[str]:
+def room_leads(view, teams=None) -> list[str]:
     """Who runs a room (its settings, pin, archive, restore), beside the hub's
     operator: the leads of its member teams recorded in room.toml (from the hub's
-    team registry). Nobody in an open room: any team's lead may join one, so a
-    stranger who made a team and joined the lobby archived it, or turned its loop
-    guard off, for everyone; there a lead acts for its own team only."""
-    return [] if view.room["open"] else sorted(set(view.room["leads"].values()))
+    team registry), each as the registry `teams` has it now where given. Nobody in
+    an open room: any team's lead may join one, so a stranger who made a team and
+    joined the lobby archived it, or turned its loop guard off, for everyone; there
+    a lead acts for its own team only."""
+    return [] if view.room["open"] else sorted(set(leads_now(view.room, teams).values()))
 
 
-def _own_leave(old, new, author, teams=None) -> bool:
+def leads_now(room: dict, teams=None) -> dict:
+    """{team: lead} of a room: as recorded, but where the registry `teams` names
+    another lead for a team, that one. A hand-over killed before it reached a room
+    left the lead it replaced recorded there, and that lead destroyed the room alone."""
+    return {t: (teams or {}).get(t) or lead for t, lead in room["leads"].items()}
+
+
+def _own_leave(old, new, author, teams=None, any_heir=False) -> bool:
     """`author`, the lead recorded for its own team, takes that team out of the room
     (or only its lead entry), or hands its lead entry to the registry's lead of the
-    team (after a hand-over there), and changes nothing else."""
+    team (after a hand-over there), and changes nothing else. `any_heir`: history
+    judged again, where the registry of then may not be known (a room imported from
+    another hub): a hand-over to any agent of the team is the lead's own to make."""
     team = model.split_agent(author)[0]
     if old["leads"].get(team) != author:
         return False
@@ -1591,9 +1639,11 @@ def _own_leave(old, new, author, teams=None) -> bool:
     rest = {k: v for k, v in old.items() if k not in ("teams", "leads")}
     if {k: v for k, v in new.items() if k not in ("teams", "leads")} != rest:
         return False
-    if heir and heir != author and new["teams"] == old["teams"] and \
-            new["leads"] == dict(leads, **{team: heir}):
-        return True
+    if any_heir and (not heir or heir == author):
+        heir = new["leads"].get(team, "")
+        heir = heir if heir != author and model.split_agent(heir)[0] == team else ""
+    if heir and heir != author:   # replaced in the registry: it hands over, nothing more
+        return new["teams"] == old["teams"] and new["leads"] == dict(leads, **{team: heir})
     return new["leads"] == leads and \
         new["teams"] in (old["teams"], [t for t in old["teams"] if t != team])
 
@@ -1634,7 +1684,7 @@ def _check_room_change(before, c, changes, ctx, op):
     new = _doc(c, ch, "new")[0]
     if c.author not in before.room["leads"].values() and \
             not model.is_hub_identity(c.author) and not _self_join(before.room, new, c.author) \
-            and not _resync(before.room, new, c.author, ctx.registry()):
+            and not any(_resync(before.room, new, c.author, t) for t in ctx.registries_of(c)):
         # an outsider is told so; a member (registered or not) that is no lead is told
         # that below: "register first" sent it to register, only to be refused again
         _member(before, c)

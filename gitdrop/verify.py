@@ -103,6 +103,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
 
     def teams():
         return hubrules.registry(reader, hub) if hub else None   # "": no hub branch
+    teams_at = hubrules.RegistryAt(reader, hub) if hub and now is None else None
     for c in commits:
         parent_tree = reader.commit(c.parent).tree if c.parent else None
         before = RoomView(reader, parent_tree, c.parent, room)
@@ -110,7 +111,7 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
                                 reader.mode(c.tree, p) if b else rules.FILE_MODE)
                    for p, a, b in _diff(reader, c, parent_tree)]
         op = rules.check(before, c, changes, rules.Ctx(reader, now, pusher, teams, fresh,
-                                                       past_ok, latest))
+                                                       past_ok, latest, teams_at))
         fresh.add(c.oid)
         if not c.parents:
             if op != "room-create":

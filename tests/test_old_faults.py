@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from gitdrop import hub as hubmod
 from gitdrop import model, wal
-from gitdrop.errors import Refusal
+from gitdrop.errors import NotFound, Refusal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOM_REF = "refs/heads/rooms/r"
@@ -315,3 +316,36 @@ def test_wait_does_not_end_for_what_was_ready_or_still_waits_on_another(crew):
     gd.ok("--as", "kai", "task", "complete", "1")
     doc = w.result()
     assert doc["tasks"] == ["3"] and doc["ready"] == ["2"]
+
+
+def test_a_destroy_killed_before_its_hub_commit_is_finished_and_its_consents_die_with_it(
+        tmp_path):
+    """Killed after the room went and before its hub commit, a destroy left the
+    consents of its room: the same call run again said there was no room, repair
+    said the hub was healthy, and the next room of that name was destroyed by one
+    call, the other lead's old consent counting for it."""
+    path, tip = _room_hub(tmp_path)
+
+    def killed_in_the_middle(later):
+        h = hubmod.Hub(path, clock=lambda: int(time.time()) + later)
+        if not h.store.tip(ROOM_REF):
+            h.create_room("hub/admin", "r", open_=True)
+            h.room("r").register("t/ann", ["lead"])
+        assert h.destroy_room("r", "t/ann")["waiting_for"] == ["hub/admin"]
+        _killed(_child(MOVER, path, "destroy_room", "moved", "hub/admin"))
+        assert _refs(path) == ("", "")
+        assert "t/ann" in hubmod.Hub(path)._hub_view().text("destroy/r.toml")
+
+    killed_in_the_middle(0)
+    h = hubmod.Hub(path, clock=lambda: int(time.time()) + 5)   # a later room of the name
+    h.create_room("hub/admin", "r", open_=True)
+    h.room("r").register("t/ann", ["lead"])
+    assert h.destroy_room("r", "hub/admin")["waiting_for"] == ["t/ann"]   # ann's was for the old
+    assert h.destroy_room("r", "t/ann")["destroyed"]
+    killed_in_the_middle(10)
+    got = hubmod.Hub(path).destroy_room("r", "hub/admin")   # the same call, run again
+    assert got["destroyed"] and got["finished"], got
+    hv = hubmod.Hub(path)._hub_view()
+    assert hv.text("destroy/r.toml") is None and hv.text("archive/r.toml") is None
+    with pytest.raises(NotFound):   # and then there is nothing to do
+        hubmod.Hub(path).destroy_room("r", "hub/admin")

@@ -949,12 +949,9 @@ def test_a_team_s_new_lead_takes_its_place_in_a_closed_room(proj, hub, tmp_path)
     hub._hand_over = lambda *a: []   # as a hand-over that reached no room
     hub.register_team("web", "web/bob", by="web/ana")
     assert hub.team("web")["lead"] == "web/bob"
-    # a re-sync is of one's own team, and changes nothing else
-    with pytest.raises(Refusal) as e:
-        hub.room("proj").update_room("web/bob", "room-join", "more",
-                                     leads=lambda d: dict(d["leads"], web="web/bob"),
-                                     settings={"loop_cap": 1})
-    assert e.value.rule in ("lead-only", "registered-author"), e.value
+    # the registry's lead runs the room before its entry there is re-synced
+    assert hub.room_settings("proj", by="web/bob", changes={"loop_cap": 1})["settings"][
+        "loop_cap"] == 1
     home = tmp_path / "h-bob"
     home.mkdir()
     gd = Gitdrop(hub.path, str(home), "web/bob")
@@ -1211,3 +1208,106 @@ def test_an_answer_returns_a_task_to_where_it_was_asked_from(proj, hub, clone):
     proj.move_task("core/spartan", cross, "ask", question="which port?")
     assert proj.move_task("web/mallory", cross, "answer", answer="8080")["state"] == \
         "in_progress"
+
+
+def _stopped_hand_over(hub, team, lead, by):
+    """A hand-over in the registry killed before it reached any room."""
+    hub._hand_over = lambda *a, **k: []
+    try:
+        hub.register_team(team, lead, by=by)
+    finally:
+        del hub._hand_over
+
+
+def test_a_hand_over_stopped_partway_leaves_the_old_lead_no_power_and_a_rerun_finishes_it(
+        proj, hub, lobby):
+    """Killed after the registry's commit, a hand-over left the old lead recorded in
+    its rooms: it changed their settings, pinned, archived and destroyed them alone;
+    the new lead's rerun of the same command did nothing, and nobody was told which
+    rooms were left. Now what runs a room is its leads as the registry has them, and
+    the same command, run again by either lead, finishes the hand-over."""
+    hub.create_room("hub/admin", "solo", teams=["core"])
+    lobby.register("core/juno", ["lead"])
+    _stopped_hand_over(hub, "core", "core/spartan", "core/juno")
+    assert hub.room("solo").view().room["leads"] == {"core": "core/juno"}
+    for act in (lambda: hub.destroy_room("solo", "core/juno"),
+                lambda: hub.archive_room("proj", "core/juno"),
+                lambda: hub.pin_room("solo", "core/juno"),
+                lambda: hub.room_settings("solo", "core/juno", {"loop_cap": 1})):
+        with pytest.raises(Refusal) as e:
+            act()
+        assert e.value.rule == "lead-only", e.value
+    assert hub.room_settings("solo", "core/spartan", {"loop_cap": 3})["settings"]["loop_cap"] == 3
+    assert hub.destroy_room("proj", "core/spartan")["waiting_for"] == ["web/ana"]
+    got = hub.register_team("core", "core/spartan", by="core/spartan")   # run again
+    assert sorted(got["handed_over_in"]) == ["lobby", "proj", "solo"], got
+    for room in ("lobby", "proj", "solo"):
+        assert hub.room(room).view().room["leads"]["core"] == "core/spartan"
+        hub.verify(room)
+    # stopped again, and run again by the lead it replaced, in the rooms it still has
+    hub.register_team("core", "core/spartan", ["juno"], by="core/spartan")
+    _stopped_hand_over(hub, "core", "core/juno", "core/spartan")
+    got = hub.register_team("core", "core/juno", by="core/spartan")
+    assert sorted(got["handed_over_in"]) == ["lobby", "proj", "solo"], got
+    assert hub.register_team("core", "core/juno", by="core/juno").get("handed_over_in") is None
+    for room in ("lobby", "proj", "solo"):
+        hub.verify(room)
+
+
+def test_an_archived_room_is_run_by_its_teams_leads_as_the_registry_has_them(hub):
+    """A hand-over reached active rooms only: the lead it replaced still pinned,
+    restored, archived and destroyed an archived room alone, and the room came
+    back from the archive with the old lead."""
+    hub.register_team("core", "core/juno", ["kai"])
+    hub.create_room("hub/admin", "old", teams=["core"])
+    hub.archive_room("old", "core/juno")
+    hub.register_team("core", "core/kai", by="core/juno")
+    for act in (lambda: hub.pin_room("old", "core/juno"),
+                lambda: hub.restore_room("old", "core/juno"),
+                lambda: hub.destroy_room("old", "core/juno")):
+        with pytest.raises(Refusal) as e:
+            act()
+        assert e.value.rule == "lead-only", e.value
+    hub.restore_room("old", "core/kai")
+    assert hub.room("old").view().room["leads"] == {"core": "core/kai"}
+    hub.verify("old")
+
+
+def test_verify_takes_the_hand_overs_the_rules_took(hub, lobby, tmp_path):
+    """gitdrop verify judged history without the team registry, so a hand-over in an
+    open room, accepted when written, was refused by verify ever after (and so was
+    the new lead's room join). It now asks the registry as it stood then; a lead
+    that gave itself the entry is refused still."""
+    hub.register_team("core", "core/juno", ["kai", "eve"])
+    lobby.register("core/juno", ["lead"])
+    hub.register_team("core", "core/kai", by="core/juno")        # hands it over in lobby
+    _stopped_hand_over(hub, "core", "core/juno", "core/kai")
+    hub.join_room("core", "lobby", by="core/juno")                 # the new lead's re-sync
+    assert lobby.view().room["leads"] == {"core": "core/juno"}
+    hub.verify("lobby")
+    # a room.toml pushed by eve, recording herself, to a hub that ran no hook
+    os.remove(os.path.join(hub.path, "hooks", "pre-receive"))
+    work = str(tmp_path / "w")
+    git("clone", "-q", "-b", "rooms/lobby", hub.path, work)
+    text = open(os.path.join(work, model.ROOM_FILE)).read()
+    with open(os.path.join(work, model.ROOM_FILE), "w") as f:
+        f.write(text.replace('core = "core/juno"', 'core = "core/eve"'))
+    git("-c", "user.name=core/eve", "-c", "user.email=e@x", "commit", "-qam",
+        "room-join\n\nGitdrop-Op: room-join", cwd=work)
+    git("push", "-q", "origin", "HEAD:rooms/lobby", cwd=work)
+    with pytest.raises(Refusal) as e:
+        hub.verify("lobby")
+    assert e.value.rule == "lead-only", e.value
+
+
+def test_a_closed_room_takes_in_only_teams_the_registry_names(proj, hub, clone):
+    """A room.toml pushed by a lead could name a team the registry does not have:
+    anyone of that team then registered in the closed room, and made itself the
+    team's lead there once it made the team."""
+    c = clone("core/juno", "proj")
+    text = c.read(model.ROOM_FILE)
+    c.write(model.ROOM_FILE, text.replace('teams = ["core", "web"]',
+                                          'teams = ["core", "web", "ghost"]'))
+    c.commit("room-join\n\nGitdrop-Op: room-join")
+    ok, err = c.push()
+    assert not ok and refused_rule(err) == "lead-only" and "team 'ghost'" in err, err

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import Scope, ago, command, paint, progress, short_id, split_list, sub_app, table
-from ..errors import UsageError
+from ..errors import NotFound, UsageError
 
 app = typer.Typer(add_completion=False)
 team_app = sub_app("team", "Teams: a lead and members, shared by every room of the hub.")
@@ -284,7 +284,12 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
     # Who may destroy is checked before asking: a non-lead is refused at once, not
     # after typing the name (destroy_room checks again, under its own read).
     h = s.hub
-    _ref, _tip, view = h._locate(name)
+    try:
+        _ref, _tip, view = h._locate(name)
+    except NotFound:   # gone: a destroy stopped before its records went is finished
+        r = h.destroy_room(name, _operator(s))
+        return s.emit(r, f"room {name} was destroyed already; the records a destroy that "
+                      "was stopped left are taken away")
     by = h.may_destroy(view, _operator(s))
     # The prompt goes to stderr so stdout keeps only the result (one JSON document).
     print(f"Type the room's name ({name}) to destroy it: ", end="", file=sys.stderr, flush=True)
