@@ -622,6 +622,45 @@ def test_event_streams_are_capped_per_client_and_in_all(hub):
         s.stop()
 
 
+def test_streams_asked_for_at_once_are_capped_too(hub):
+    """The count was taken once a stream's body began: 60 asked for at once all
+    passed a check of 0, and one address held 50 against a cap of 16."""
+    import threading
+    s = Server(hub.path, streams=(2, 100))
+    gate, got, opened, lock = threading.Barrier(12), [], [], threading.Lock()
+
+    def ask():
+        c = httpx.Client(base_url=s.url, timeout=10.0)
+        gate.wait()
+        cm = c.stream("GET", "/r/lobby/events")
+        r = cm.__enter__()
+        with lock:
+            got.append(r.status_code)
+            opened.append(cm)
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(got) == [200] * 2 + [503] * 10, got
+    finally:
+        for cm in opened:
+            cm.__exit__(None, None, None)
+    try:   # and every place is given back once they close
+        deadline = time.time() + 5
+        while True:
+            with httpx.Client(base_url=s.url, timeout=5.0) as c:
+                with c.stream("GET", "/r/lobby/events") as r1, \
+                        c.stream("GET", "/r/lobby/events") as r2:
+                    if (r1.status_code, r2.status_code) == (200, 200):
+                        break
+            assert time.time() < deadline, "closed streams were still counted"
+            time.sleep(0.1)
+    finally:
+        s.stop()
+
+
 def test_the_done_box_says_only_the_boards_own_words(web):
     lie = "Your session expired. Log in again at http://gitdrop-login.example/"
     with web.client() as c:

@@ -155,6 +155,21 @@ class Board:
         return self.sign(s), self.key(s), agent
 
 
+class _Stream(StreamingResponse):
+    """A live stream whose place in the count is given back when the response ends,
+    however it ends (its body may never start: the client gone before the headers)."""
+
+    def __init__(self, body, closed, **kw):
+        super().__init__(body, **kw)
+        self.closed = closed
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.closed()
+
+
 def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = None,
              notifier: bool = True, hosts=LOOPBACK, streams=STREAMS) -> Starlette:
     """The web board of the hub at `hub_path`. `require_login`: every page needs a
@@ -421,6 +436,9 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                    f"the board has {total} live streams open already: reload later")
             return Response(why + " (the pages work without live updates meanwhile)\n",
                             status_code=503, media_type="text/plain")
+        # Counted here, where it was checked, with no wait in between: counted once
+        # the body began, 60 streams asked for at once all passed a check of 0.
+        open_streams[client] = mine + 1
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
 
@@ -434,9 +452,8 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
 
         async def gen():
             # Taken here, not before: a body never started (the client gone before the
-            # headers) runs no finally, and would keep its count and subscription.
+            # headers) runs no finally, and would keep its subscription.
             unsubscribe = b.notifier.subscribe(name, WATCHER, landed, every=True)
-            open_streams[client] = open_streams.get(client, 0) + 1
             try:
                 yield ": live\n\n"
                 quiet = 0.0
@@ -463,12 +480,13 @@ def make_app(hub_path: str, require_login: bool = False, secret: bytes | None = 
                                f"data: {json.dumps(data, ensure_ascii=False)}\n\n")
             finally:
                 unsubscribe()
-                open_streams[client] -= 1
-                if not open_streams[client]:
-                    del open_streams[client]
-        return StreamingResponse(gen(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store",
-                                          "X-Accel-Buffering": "no"})
+
+        def closed():
+            open_streams[client] -= 1
+            if not open_streams[client]:
+                del open_streams[client]
+        return _Stream(gen(), closed, media_type="text/event-stream",
+                       headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     # --- login ------------------------------------------------------------------
     async def login_form(request):
