@@ -767,7 +767,7 @@ class Room:
                   **edits) -> dict:
         """Make one move of the state machine (see machine.MOVES). `lease`: seconds a
         renew holds the task for (default the room's task_lease)."""
-        if not (move == "reap" and model.is_hub_identity(agent)):  # hub/reaper reaps
+        if not (move in machine.HUB_MOVES and model.is_hub_identity(agent)):
             agent = self.resolve(agent)
         task_id = str(task_id).lstrip("#")
         lease = count_arg("lease", lease or 0)

@@ -192,7 +192,8 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
         _refuse("one-operation", c, f"unknown operation {op!r}",
                 "use one of the operations listed in docs/PROTOCOL.md")
     if op != "register" and not op.startswith("room-") and \
-            not (op == "task-reap" and model.is_hub_identity(c.author)):  # room ops check their own
+            not (op[5:] in machine.HUB_MOVES and op.startswith("task-")
+                 and model.is_hub_identity(c.author)):  # room ops check their own
         _registered(before, c, op)
     _check_key(c, op, ctx, before.name)
     fn(before, c, changes, ctx, op)
@@ -918,12 +919,14 @@ def team_lead(view, team: str) -> str:
 def reviewer_of(view, task) -> str:
     """Each lead reviews their own agents: the task's reviewer when it is of the
     assignee's team (or the team has no lead), else the lead of the assignee's team;
-    "" means any lead."""
+    "" means any lead, or the hub's operator. A lead's own work is any other lead's
+    (else it was its own to approve, which nobody may: nobody could)."""
     team = model.split_agent(task["assignee"])[0] if task["assignee"] else ""
     lead = team_lead(view, team)
-    if task["reviewer"] and (not lead or model.split_agent(task["reviewer"])[0] == team):
+    if task["reviewer"] and task["reviewer"] != task["assignee"] and \
+            (not lead or model.split_agent(task["reviewer"])[0] == team):
         return task["reviewer"]
-    return lead
+    return "" if lead == task["assignee"] else lead
 
 
 def reviewer_ok(view, task, agent_id, lead) -> bool:
@@ -931,7 +934,7 @@ def reviewer_ok(view, task, agent_id, lead) -> bool:
     if agent_id == task["assignee"]:
         return False
     who = reviewer_of(view, task)
-    return agent_id == who if who else lead
+    return agent_id == who if who else lead or model.is_hub_identity(agent_id)
 
 
 def _check_task_move(before, c, changes, ctx, op):
@@ -995,7 +998,8 @@ def _who_fix(before, move, who, task, tid):
     if "reviewer" in who:
         rev = reviewer_of(before, task)
         return f"ask {rev} (the reviewer) to do it" if rev else \
-            "ask the reviewer (a lead; each lead reviews their own team's agents) to do it"
+            "ask another lead of the room to do it, or the hub's operator (on the hub's " \
+            "machine: the same command with --as hub/admin)"
     if move == "sign":
         return _sign_fix(before, task, tid)
     named = {task["creator"]: ["its creator"]} if "creator" in who and task["creator"] else {}

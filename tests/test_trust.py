@@ -1311,3 +1311,27 @@ def test_a_closed_room_takes_in_only_teams_the_registry_names(proj, hub, clone):
     c.commit("room-join\n\nGitdrop-Op: room-join")
     ok, err = c.push()
     assert not ok and refused_rule(err) == "lead-only" and "team 'ghost'" in err, err
+
+
+def test_a_leads_own_work_is_reviewed_by_another_lead_or_the_operator(proj, hub, lobby):
+    """A lead's own task in review could be approved by nobody: its reviewer was the
+    lead of its team, itself, and nobody approves their own work. The refusal told
+    it to ask itself."""
+    tid = proj.create_task("core/juno", "mine", assignee="core/juno")["id"]
+    proj.move_task("core/juno", tid, "start")
+    proj.move_task("core/juno", tid, "submit")
+    with pytest.raises(Refusal) as e:
+        proj.move_task("core/juno", tid, "approve")
+    assert "ask another lead of the room" in e.value.fix and "core/juno" not in e.value.fix
+    with pytest.raises(Refusal):   # still nobody's that is no lead
+        proj.move_task("core/spartan", tid, "approve")
+    assert proj.move_task("web/ana", tid, "approve")["state"] == "completed"
+    # an open room, where a lead acts for its own team only: the operator
+    lobby.register("core/juno", ["lead"])
+    lobby.register("web/ana", ["lead"])
+    tid = lobby.create_task("core/juno", "mine too", assignee="core/juno")["id"]
+    lobby.move_task("core/juno", tid, "start")
+    lobby.move_task("core/juno", tid, "submit")
+    with pytest.raises(Refusal):
+        lobby.move_task("web/ana", tid, "approve")
+    assert lobby.move_task("hub/admin", tid, "reject", note="tests?")["state"] == "in_progress"
