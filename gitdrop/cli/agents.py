@@ -190,17 +190,20 @@ def send(s: Scope,
              "(env GITDROP_KEY).")] = ""):
     """Send a message (refused while you have unread messages: run gitdrop inbox)."""
     agent = s.agent
+    more = [x for flag, vals in (("--cc", cc or ()), ("--task", [task] if task else ()),
+                                 ("--reply-to", [reply_to] if reply_to else ()))
+            for v in vals for x in (flag, v)]
     if message is None:
         if len(to) > 1 and not to[-1].split() == [to[-1]]:   # `send kai "the text"`
             raise UsageError(f"{to[-1]!r} is no recipient: the text goes after -m",
-                             _text_after_m(s, to))
+                             _text_after_m(s, to, more))
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("no message text", "give it with -m TEXT or on stdin"
-                             + (f" ({_text_after_m(s, to)}?)" if len(to) > 1 else ""))
+                             + (f" ({_text_after_m(s, to, more)}?)" if len(to) > 1 else ""))
         message = sys.stdin.read()
     if not message.strip():
         raise UsageError("the message is empty", "write some text (-m TEXT)"
-                         + (f"; or {_text_after_m(s, to)}" if len(to) > 1 else ""))
+                         + (f"; or {_text_after_m(s, to, more)}" if len(to) > 1 else ""))
     r = s.room.send(agent, to, message, cc=cc or (), task=task, reply_to=reply_to,
                     key=key or s.key)
     # a remote hub that could not take it: queued, not sent (said so below, too)
@@ -211,11 +214,12 @@ def send(s: Scope,
         s.note(f"note: {hint}")
 
 
-def _text_after_m(s, to) -> str:
+def _text_after_m(s, to, more) -> str:
     """The send a person who wrote the text last meant (the CLI reads it as one
-    more recipient)."""
+    more recipient), with the other options it was given."""
     import shlex
-    return s.again(f"send {' '.join(map(shlex.quote, to[:-1]))} -m {shlex.quote(to[-1])}")
+    return s.again(" ".join(["send", *map(shlex.quote, to[:-1]), *map(shlex.quote, more),
+                             "-m", shlex.quote(to[-1])]))
 
 
 @command(app, "sent")

@@ -212,8 +212,12 @@ class Scope:
         the default hub); `room` when it is not where the environment points."""
         import shlex
         parts = ["gitdrop"]
-        if self.hub_option:
-            parts += ["--hub", shlex.quote(self.hub_option)]
+        if self.hub_option:   # never its password: said on stderr, and in --json
+            hub = self.hub_option
+            if "://" in hub:
+                from ..transports.remote import public_url
+                hub = public_url(hub)
+            parts += ["--hub", shlex.quote(hub)]
         if room and room != (os.environ.get("GITDROP_ROOM") or "lobby"):
             parts += ["--room", shlex.quote(room)]
         if self.agent_option:
@@ -233,9 +237,10 @@ class Scope:
         names = "|".join(sorted(_command_names(), key=len, reverse=True))
 
         def flags(m):
-            clause = re.split(r"[;.]|, then", text[:m.start()])[-1]
+            clause = re.split(r";|\.\s|, then", text[:m.start()])[-1]
             rest = re.split(r"[)`;]", text[m.end():])[0]
-            other = re.search(r"\b(ask|runs)\b", clause) or "--as" in rest
+            other = re.search(r"\b(ask|runs|a lead|the hub's (owner|operator))\b", clause) \
+                or "--as" in rest
             return "gitdrop " + ("" if other else mine)
         return re.sub(rf"\bgitdrop (?=(?:{names})\b)", flags, text)
 
@@ -334,7 +339,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 _RESET: set = set()   # the signals _on_stop gave back to the system
-_AGAIN = {"signal": 0, "busy": False}   # a stop to deliver again (see _unraisable)
+_AGAIN = {"signal": 0, "busy": False, "timer": None}   # a stop to deliver again (_unraisable)
 
 
 def _dropped_in(frame) -> bool:
@@ -357,6 +362,7 @@ def _dropped_in(frame) -> bool:
 def _on_stop(signum, frame):
     if _dropped_in(frame):   # raised there, the stop would be lost: again, once out
         return _deliver_again(signum)
+    _not_again()   # this one stops it: one sent again later would cut its clean-up short
     for s in STOP_SIGNALS + (signal.SIGINT,):   # a second signal ends the process at once
         if signal.getsignal(s) is _on_stop:
             signal.signal(s, signal.SIG_DFL)
@@ -379,8 +385,16 @@ def _deliver_again(signum: int) -> None:
 
         def send():
             sig, _AGAIN["signal"] = _AGAIN["signal"], 0
-            os.kill(os.getpid(), sig)
-        threading.Timer(0.05, send).start()
+            if sig:
+                os.kill(os.getpid(), sig)
+        _AGAIN["timer"] = threading.Timer(0.05, send)
+        _AGAIN["timer"].start()
+
+
+def _not_again() -> None:
+    timer, _AGAIN["timer"], _AGAIN["signal"] = _AGAIN["timer"], None, 0
+    if timer is not None:
+        timer.cancel()
 
 
 def _unraisable(hook):
@@ -417,6 +431,7 @@ def stop_signals():
     try:
         yield
     finally:
+        _not_again()   # the command is over: a stop sent now would kill the process
         sys.unraisablehook = hook
         for s, handler in old.items():
             signal.signal(s, handler)
