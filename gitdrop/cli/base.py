@@ -235,6 +235,8 @@ class Scope:
             return text
         import re
         names = "|".join(sorted(_command_names(), key=len, reverse=True))
+        if not names:
+            return text
 
         def flags(m):
             clause = re.split(r";|\.\s|, then", text[:m.start()])[-1]
@@ -306,10 +308,11 @@ class Scope:
         return typer.Exit(err.exit_code)
 
 
-@functools.lru_cache(maxsize=1)
-def _command_names() -> tuple:
-    from .main import app
-    return tuple(typer.main.get_command(app).commands)
+TOP_COMMANDS: list[str] = []   # gitdrop's commands (cli.main lists them here)
+
+
+def _command_names() -> list:
+    return TOP_COMMANDS
 
 
 def error_doc(err: GitdropError) -> dict:

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .base import AsOpt, HubOpt, JsonOpt, PlainGroup, RoomOpt, Scope, error_doc
+from .base import TOP_COMMANDS, AsOpt, HubOpt, JsonOpt, PlainGroup, RoomOpt, Scope, error_doc
 from ..errors import UsageError
 
 # command -> (module, group?, help panel); the order is the order of --help.
@@ -55,6 +55,7 @@ COMMANDS = {
     "demo": ("tools", False, "Start"),
     "mcp": ("setup", True, "Start"),
 }
+TOP_COMMANDS[:] = COMMANDS   # the commands a refusal's next step may name (Scope.here)
 
 
 class LazyGroup(PlainGroup):
