@@ -234,7 +234,8 @@ class Scope:
         if not mine:
             return text
         import re
-        names = "|".join(sorted(_command_names(), key=len, reverse=True))
+        # init makes a hub where it is told: no hub, room or agent of this one's
+        names = "|".join(sorted(set(_command_names()) - {"init"}, key=len, reverse=True))
         if not names:
             return text
 
