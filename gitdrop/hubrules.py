@@ -67,7 +67,11 @@ def check(reader, c, changes, pusher="") -> str:
         _refuse("format", c, f"{path} is over {HUB_FILE_MAX} bytes, not UTF-8, or holds "
                 "control characters", "a team file is a few lines of TOML")
     doc = _team(c, text)
-    bad = model.bad_time(doc, _team(c, reader.blob_text(old)) if old is not None else None)
+    prev = _team(c, reader.blob_text(old)) if old is not None else None
+    if prev is not None and c.author != prev["lead"]:   # first: what else is wrong is the lead's
+        _refuse("lead-only", c, f"only {prev['lead']} (the lead of team {team}) changes it",
+                f"ask {prev['lead']}")
+    bad = model.bad_time(doc, prev)
     if bad:   # a time the file held already is not judged again
         _refuse("format", c, f"{path}: {bad}", "write the time the team was created "
                 "(date +%s gives the current one)")
@@ -93,10 +97,6 @@ def check(reader, c, changes, pusher="") -> str:
                     f"(or the hub's operator), not {c.author}",
                     f"create it as its lead (--as {doc['lead']}), or ask the hub's operator")
         return "team-create"
-    prev = _team(c, reader.blob_text(old))
-    if c.author != prev["lead"]:
-        _refuse("lead-only", c, f"only {prev['lead']} (the lead of team {team}) changes it",
-                f"ask {prev['lead']}")
     return "team-update"
 
 
@@ -185,7 +185,9 @@ class RegistryAt:
     """The registry as it stood at a time, for history judged again: `at(time)` is
     the registries of the hub branch's commits of that second and of the newest one
     before it (the hub dates a room's hand-over no earlier than the registry's, to
-    the second). The branch is walked once, when first asked."""
+    the second), and the registry now (a writer's clock ahead of the hub's, or a room
+    brought from another hub, dates a commit otherwise than this hub's branch). The
+    branch is walked once, when first asked."""
 
     def __init__(self, reader, hub: str = model.HUB_REF):
         self.reader, self.hub, self._commits, self._got = reader, hub, None, {}
@@ -204,6 +206,7 @@ class RegistryAt:
                 pass
         then = [o for t, o in self._commits if t == when]
         then += [o for t, o in self._commits if t < when][:1]
+        then += [o for _t, o in self._commits[:1] if o not in then]
         for oid in then:
             if oid not in self._got:
                 self._got[oid] = registry(self.reader, oid)

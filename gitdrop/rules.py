@@ -1551,10 +1551,12 @@ def _check_room_settings(before, c, changes, ctx, op):
                 f"operator's call, not {c.author}'s: an open room takes any team, and is run "
                 "by the operator", "ask the hub's operator (on the hub's machine: the same "
                 "gitdrop command with --as hub/admin), or make a new room as you want it")
-    refused = None
-    for teams in ctx.registries_of(c):
+    refused, regs = None, ctx.registries_of(c)
+    # teams are never deleted: one an earlier registry lacks is no unknown team
+    known = set().union(*(r for r in regs if r))
+    for teams in regs:
         try:
-            _room_change_by(before, c, old, new, teams, ctx.now is None)
+            _room_change_by(before, c, old, new, teams, ctx.now is None, known)
             break
         except Refusal as e:
             refused = refused or e
@@ -1563,7 +1565,7 @@ def _check_room_settings(before, c, changes, ctx, op):
     _check_settings(c, new)
 
 
-def _room_change_by(before, c, old, new, teams, again: bool) -> None:
+def _room_change_by(before, c, old, new, teams, again: bool, known=()) -> None:
     """Whether `c.author` may change room.toml from `old` to `new`, by the team
     registry `teams` it was made under. A lead the registry replaced runs the room no
     more (a hand-over killed before it reached the room left it recorded); history
@@ -1572,7 +1574,8 @@ def _room_change_by(before, c, old, new, teams, again: bool) -> None:
         (again and c.author in room_leads(before))
     if not lead and not _self_join(old, new, c.author) and \
             not _resync(old, new, c.author, teams) and \
-            not _own_leave(old, new, c.author, teams, any_heir=again):
+            not _own_leave(old, new, c.author, teams,
+                           any_heir=again and model.split_agent(c.author)[0] not in known):
         if old["open"]:
             _refuse("lead-only", c, f"room {before.name!r} is open (any team's lead may join "
                     f"it), so its settings, pin and archive are the hub's operator's, not "
@@ -1583,6 +1586,13 @@ def _room_change_by(before, c, old, new, teams, again: bool) -> None:
         _refuse("lead-only", c, f"{c.author} is not a lead in room {before.name!r} (a closed "
                 "room: its leads add teams)", "ask a lead of the room to change it"
                 + (f" ({', '.join(sorted(set(old['leads'].values())))})" if old["leads"] else ""))
+    if again:   # at receipt _registry_leads says so, by the registry of now
+        for t, lead in new["leads"].items():
+            if old["leads"].get(t) != lead and t in known and (teams or {}).get(t) != lead:
+                _refuse("lead-only", c, f"room.toml names {lead} as lead of team {t}, but "
+                        f"the hub's team registry of then says "
+                        f"{(teams or {}).get(t) or 'nobody'}",
+                        "a lead is recorded as the team registry names it")
     for t, was in old["leads"].items():
         now = new["leads"].get(t)
         if t in new["teams"] and now and now != was and c.author != was and \
@@ -1643,7 +1653,7 @@ def _own_leave(old, new, author, teams=None, any_heir=False) -> bool:
     rest = {k: v for k, v in old.items() if k not in ("teams", "leads")}
     if {k: v for k, v in new.items() if k not in ("teams", "leads")} != rest:
         return False
-    if any_heir and (not heir or heir == author):
+    if any_heir and not heir:   # the registry of then does not know the team
         heir = new["leads"].get(team, "")
         heir = heir if heir != author and model.split_agent(heir)[0] == team else ""
     if heir and heir != author:   # replaced in the registry: it hands over, nothing more

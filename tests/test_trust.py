@@ -1335,3 +1335,80 @@ def test_a_leads_own_work_is_reviewed_by_another_lead_or_the_operator(proj, hub,
     with pytest.raises(Refusal):
         lobby.move_task("web/ana", tid, "approve")
     assert lobby.move_task("hub/admin", tid, "reject", note="tests?")["state"] == "in_progress"
+
+
+def test_an_agent_of_a_team_a_room_does_not_take_is_told_so_not_to_register(proj):
+    """ops/ada acting in core and web's closed room was told to register there,
+    which was refused in turn (room-membership)."""
+    with pytest.raises(NotFound) as e:
+        proj.send("ops/ada", "core/juno", "hi")
+    assert "team 'ops' is not a member of room 'proj'" in e.value.reason, e.value
+    assert "gitdrop room join proj --team ops" in e.value.fix
+    with pytest.raises(NotFound) as e:   # of a team it takes: register, as ever
+        proj.send("core/kai", "core/juno", "hi")
+    assert "register it" in e.value.fix
+
+
+def test_a_team_changed_by_another_teams_lead_is_refused_as_lead_only_first(proj, hub):
+    """register_team(core, leader=ops/ada) by ops/ada was refused as a format error
+    ("name an agent of team core as its lead"), advice that was refused in turn."""
+    hub.register_team("ops", "ops/ada")
+    for lead in ("ops/ada", "core/ada"):
+        with pytest.raises(Refusal) as e:
+            hub.register_team("core", lead, by="ops/ada")
+        assert e.value.rule == "lead-only" and "ask core/juno" in e.value.fix, e.value
+
+
+def _hookless_room_push(hub, tmp_path, room, author, edit):
+    """A room.toml change pushed as `author` to the hub with its hook taken away."""
+    hooks = os.path.join(hub.path, "hooks", "pre-receive")
+    if os.path.exists(hooks):
+        os.remove(hooks)
+    work = str(tmp_path / f"w{len(os.listdir(tmp_path))}")
+    git("clone", "-q", "-b", f"rooms/{room}", hub.path, work)
+    path = os.path.join(work, model.ROOM_FILE)
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(edit(text))
+    git("-c", f"user.name={author}", "-c", "user.email=x@x", "commit", "-qam",
+        "room-join\n\nGitdrop-Op: room-join", cwd=work)
+    git("push", "-q", "origin", f"HEAD:rooms/{room}", cwd=work)
+
+
+def test_verify_takes_a_hand_over_to_a_teammate_only_where_the_registry_is_unknown(
+        hub, tmp_path):
+    """A hand-over to any teammate is let through by verify only for a team the
+    registry of then does not know (a room from another hub): here, where the registry
+    names juno throughout, juno's hand-over of the room to eve is refused."""
+    hub.register_team("core", "core/juno", ["kai", "eve"])
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    _hookless_room_push(hub, tmp_path, "proj", "core/juno",
+                        lambda t: t.replace('core = "core/juno"', 'core = "core/eve"'))
+    with pytest.raises(Refusal) as e:
+        hub.verify("proj")
+    assert e.value.rule == "lead-only", e.value
+
+
+def test_verify_and_import_take_a_re_sync_whatever_the_clocks_said(hub, lobby, tmp_path):
+    """A hand-over written with a clock five minutes ahead dated the registry's commit
+    after the new lead's re-sync, and verify refused the re-sync the hook had taken;
+    a room whose hand-over the new lead's rerun finished did not import into a hub
+    whose registry names that lead."""
+    from gitdrop import bundle
+    hub.register_team("core", "core/juno", ["kai"])
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    lobby.register("core/juno", ["lead"])
+    real = hub.clock
+    hub.clock = lambda: int(time.time()) + 300
+    _stopped_hand_over(hub, "core", "core/kai", "core/juno")
+    hub.clock = real
+    got = hub.register_team("core", "core/kai", by="core/kai")   # the rerun finishes it
+    assert sorted(got["handed_over_in"]) == ["lobby", "proj"], got
+    hub.verify("lobby")
+    hub.verify("proj")
+    out = str(tmp_path / "proj.bundle")
+    bundle.export(hub.store, "proj", out)
+    other = hubmod.init(str(tmp_path / "other.git"))
+    other.register_team("core", "core/kai", ["juno"])
+    bundle.import_room(other, out)
+    other.verify("proj")
