@@ -188,8 +188,13 @@ class Room:
             if view.agent(name) is None:
                 if model.is_hub_identity(name):   # no agent: it registers nowhere
                     raise NotFound(f"{name} is the hub's own identity: it runs rooms "
-                                   "(room settings, archive, pin), and acts in none",
+                                   "(room settings, archive, pin) and reviews what no lead "
+                                   "may, but is no agent in them",
                                    "act as a registered agent (--as team/name; gitdrop who)")
+                team = model.split_agent(name)[0]
+                if model.is_name(team) and not model.member_team(view.room, team):
+                    # "register it" was refused in turn: the room does not take its team
+                    raise NotFound(*rules.team_outside(view.room, self.name, team))
                 raise NotFound(f"{name!r} is not registered in room {self.name!r}",
                                f"register it (gitdrop register {name}) or check gitdrop who")
             return name

@@ -163,8 +163,9 @@ class Hub:
     def room(self, name: str) -> Room:
         if not self.store.tip(self.store.room_ref(name)) and \
                 self.store.tip(model.ARCHIVE_PREFIX + name):
-            raise NotFound(f"room {name!r} is archived", f"restore it (gitdrop room restore "
-                           f"{name}) or read it with gitdrop room show {name}")
+            raise NotFound(f"room {name!r} is archived", f"read it with gitdrop room show "
+                           f"{name}; a lead of the room restores it (gitdrop room restore "
+                           f"{name})")
         self.store.room_tip(name)  # raises NotFound with a hint
         # A room of an older layout moves when it is first used, not every room at
         # every open (a hub of 200 rooms paid 10-16 ms a command for that). Only
@@ -1010,7 +1011,11 @@ class Hub:
         ref = (model.ARCHIVE_PREFIX if archived else model.ROOM_PREFIX) + room
         tip = self.store.tip(ref)
         if not tip:
+            other = self.store.tip(model.ROOM_PREFIX + room if archived
+                                   else model.ARCHIVE_PREFIX + room)
             raise NotFound(f"no {'archived ' if archived else ''}room {room!r}",
+                           (f"it is {'active' if archived else 'archived'}: gitdrop verify "
+                            f"{room}{'' if archived else ' --archived'}") if other else
                            "list them with gitdrop room list --all")
         self._room_commit(ref, tip)
         return check_commits(self.store.reader, model.ROOM_PREFIX + room, "", tip,

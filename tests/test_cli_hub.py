@@ -149,6 +149,11 @@ def test_verify_replays_a_room_and_names_a_bad_commit(gd, hub, lobby):
     assert doc["verified"] is True and doc["commits"] == 4
     assert "4 commits" in gd.ok("verify", "lobby").out
     gd.refused(4, "not-found", "verify", "nowhere")
+    gd.ok("room", "create", "old")
+    gd.ok("room", "archive", "old")
+    doc = gd.refused(4, "not-found", "verify", "old")   # it said to list the rooms
+    assert doc["fix"] == "it is archived: gitdrop verify old --archived", doc
+    assert gd.js("verify", "old", "--archived")["verified"] is True
     # a commit slipped past the rules (written straight into the repository)
     repo = pygit2.Repository(hub.path)
     ref = repo.references[model.ROOM_PREFIX + "lobby"]

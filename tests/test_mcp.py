@@ -161,6 +161,11 @@ async def scenario(juno, spartan, kilo, transport):
     team = await juno.ok("register_team", team_name="core", leader="juno", members="spartan")
     assert team["lead"] == "core/juno" and "core/spartan" in team["members"]
     await kilo.ok("register_team", team_name="ops", leader="kilo")
+    # a hand-over says which rooms it reached, and back
+    got = await juno.ok("register_team", team_name="core", leader="spartan")
+    assert got["lead"] == "core/spartan" and got["handed_over_in"] == ["lobby"], got
+    got = await spartan.ok("register_team", team_name="core", leader="juno")
+    assert got["lead"] == "core/juno" and got["handed_over_in"] == ["lobby"], got
     await kilo.refused("register_team", "lead-only", team_name="core", leader="juno")
     assert {t["name"] for t in (await spartan.ok("list_teams"))["teams"]} == {"core", "ops"}
     assert (await juno.ok("create_room", name="war", teams="core"))["room"] == "war"
@@ -185,6 +190,9 @@ async def scenario(juno, spartan, kilo, transport):
     await juno.ok("archive_room", room_name="war")
     archived = await juno.ok("list_rooms", status="archived")
     assert [r["room"] for r in archived["rooms"]] == ["war"]
+    await kilo.refused("restore_room", "lead-only", room_name="war")   # and back, and again
+    assert (await juno.ok("restore_room", room_name="war"))["done"] is True
+    await juno.ok("archive_room", room_name="war")
     await kilo.refused("destroy_room", "lead-only", room_name="war")
     assert (await juno.ok("destroy_room", room_name="war"))["done"] is True
     assert (await juno.ok("list_rooms", status="all"))["rooms"][0]["room"] == "lobby"

@@ -243,7 +243,7 @@ def test_the_check_starts_exactly_the_entry_and_reports_a_failure(where, hub, tm
 
     code, out = run("--client", "claude-code", "--as", "core/spartan", "--tools", "lead")
     assert code == 0, out
-    assert "lists 38 tools (lead profile)" in out.err
+    assert "lists 39 tools (lead profile)" in out.err
     assert log.read_text() == f"serve --as core/spartan --tools lead | {hub.path} | lobby | " \
                               f"{project}\n"
     assert load(project / ".mcp.json")["gitdrop"]["command"] == str(wrapper)

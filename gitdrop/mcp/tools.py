@@ -347,6 +347,10 @@ class Teams(TypedDict):
     teams: list[Team]
 
 
+class TeamChanged(Team):
+    handed_over_in: NotRequired[list[str]]   # rooms whose lead entry went to the new lead
+
+
 class RoomInfo(TypedDict):
     room: str
     status: str
@@ -980,7 +984,7 @@ class ToolBox:
         return {"leases": [_lease(r, now)], "commit": r.get("commit", "")}
 
     # --- rooms and teams ------------------------------------------------------------------
-    def register_team(self, team_name: str, leader: str, members: str = "") -> Team:
+    def register_team(self, team_name: str, leader: str, members: str = "") -> TeamChanged:
         """Create or change (its lead) a team.
 
         leader: its lead
@@ -988,7 +992,10 @@ class ToolBox:
         """
         t = self.hub.register_team(team_name, leader, _split(members),
                                    by=self.me("", registered=False))
-        return {"name": t["name"], "lead": t["lead"], "members": t["members"]}
+        out: TeamChanged = {"name": t["name"], "lead": t["lead"], "members": t["members"]}
+        if t.get("handed_over_in"):
+            out["handed_over_in"] = t["handed_over_in"]
+        return out
 
     def list_teams(self) -> Teams:
         """The hub's teams."""
@@ -1033,6 +1040,14 @@ class ToolBox:
         """
         r = self.hub.archive_room(room_name, by=self.me("", registered=False))
         return {"room": r["room"], "done": r["archived"]}
+
+    def restore_room(self, room_name: str) -> RoomChange:
+        """Room lead: bring an archived room back, as it was.
+
+        room_name: the room
+        """
+        r = self.hub.restore_room(room_name, by=self.me("", registered=False))
+        return {"room": r["room"], "done": not r["archived"]}
 
     def destroy_room(self, room_name: str) -> RoomDestroyed:
         """Room lead: delete a room for good.
@@ -1130,7 +1145,7 @@ TOOLS = {
     "register_team": "lead", "list_teams": "lead", "create_room": "lead",
     "list_rooms": "lead", "join_room": "lead", "leave_room": "lead", "room_status": "lead",
     "get_my_rooms": "lead", "pin_room": "lead", "archive_room": "lead",
-    "room_settings": "lead",
+    "restore_room": "lead", "room_settings": "lead",
     "destroy_room": "all",
 }
 READ_ONLY = {"who", "get_history", "list_tasks", "handshake_status", "list_contracts",
