@@ -254,3 +254,28 @@ def test_parse_refusal_reads_the_hook_block():
 def test_public_url_hides_the_password():
     assert remote.public_url("https://core%2Fjuno:s3cret@h/hub.git") == "https://core%2Fjuno@h/hub.git"
     assert os.path.basename(remote.mirror_path("git://h/x", "/c")).endswith(".git")
+
+
+def test_a_room_move_through_a_remote_hub_says_who_may_before_where(hub, url, tmp_path):
+    """Archive, restore and destroy are the hub's machine's: through a URL, one who
+    may not was told to run it there, and the CLI's destroy had a lead type the
+    room's name before saying it could not be done at all."""
+    from cli_helpers import Gitdrop
+    hub.register_team("core", "core/juno", ["kai"])
+    hub.create_room("hub/admin", "proj", teams=["core"])
+    h = client(url, tmp_path, "a")
+    for act in (lambda by: h.archive_room("proj", by), lambda by: h.destroy_room("proj", by)):
+        with pytest.raises(Refusal) as e:
+            act("core/kai")
+        assert e.value.rule == "lead-only", e.value
+        with pytest.raises(UsageError) as e:
+            act("core/juno")
+        assert "on the hub's machine" in e.value.fix, e.value
+    hub.archive_room("proj", "core/juno")
+    with pytest.raises(Refusal):
+        client(url, tmp_path, "b").restore_room("proj", "core/kai")
+    gd = Gitdrop(url, str(tmp_path / "home"), "core/juno")
+    hub.restore_room("proj", "core/juno")
+    r = gd("room", "destroy", "proj", "--yes", input="proj\n")
+    assert r.rc == 2 and "through a remote hub" in r.err and "Type the room" not in r.err, r
+    assert hub.store.tip("refs/heads/rooms/proj")

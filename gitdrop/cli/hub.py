@@ -291,6 +291,8 @@ def room_destroy(s: Scope, name: Annotated[str, typer.Argument(help="The room.")
         return s.emit(r, f"room {name} was destroyed already; the records a destroy that "
                       "was stopped left are taken away")
     by = h.may_destroy(view, _operator(s))
+    if getattr(h, "url", ""):   # refused there anyway: said before the name is typed
+        h.destroy_room(name, by)
     # The prompt goes to stderr so stdout keeps only the result (one JSON document).
     print(f"Type the room's name ({name}) to destroy it: ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline() if sys.stdin is not None else ""

@@ -1070,13 +1070,17 @@ class RemoteHub(Hub):
         self.store.refresh()
         return super()._hub_view()
 
+    # Who may is said first: "run it on the hub's machine" sent one who may not there.
     def archive_room(self, room, by, why=""):
+        self._require_lead(self._locate(room)[2], by, "archive")
         raise _hub_side("archive a room")
 
     def restore_room(self, room, by):
+        self._require_lead(self._locate(room)[2], by, "restore")
         raise _hub_side("restore a room")
 
     def destroy_room(self, room, by, why=""):
+        self.may_destroy(self._locate(room)[2], by)
         raise _hub_side("destroy a room")
 
     def reap(self, now=None):
