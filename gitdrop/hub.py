@@ -539,8 +539,10 @@ class Hub:
         ref = self.store.room_ref(room)
         tip = moved or self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
         pinned = self._view_at(room, tip).room["pinned"]
-        self._hub_commit(by, {self._record_path(room): fmt.dumps_toml(
-            {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
+        self._hub_commit(by, lambda hv: dict(
+            {self._record_path(room): fmt.dumps_toml(
+                {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
+            **{p: None for p in [self._restored_path(room)] if hv.text(p) is not None}),
             f"room {room} archived by {model.short(by)}" + (f" ({why})" if why else ""),
             "room-archive", now=now, room=room, tip=tip)
         return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
@@ -556,9 +558,12 @@ class Hub:
         else:
             by = self._require_lead(view, by, "restore")
             tip = self._move(ref, self.store.room_ref(room), f"restored by {by}")
-        self._hub_commit(by, lambda hv: {self._record_path(room): None},
+        now = self.clock()
+        self._hub_commit(by, lambda hv: {self._record_path(room): None,
+                                         self._restored_path(room): fmt.dumps_toml(
+                                             {"name": room, "restored": now, "tip": tip})},
                          f"room {room} restored by {model.short(by)}", "room-restore",
-                         room=room, tip=tip)
+                         now=now, room=room, tip=tip)
         # leads handed over in the registry while it was archived take their place
         # (the restorer writes what is its own to write; the rest, said, take it with
         # room join)
@@ -634,7 +639,8 @@ class Hub:
         tip = self._move(ref, None, f"destroyed by {by}", still=still)
 
         def files(hv):
-            return {p: None for p in (self._record_path(room), f"destroy/{room}.toml")
+            return {p: None for p in (self._record_path(room), f"destroy/{room}.toml",
+                                      self._restored_path(room))
                     if hv.text(p) is not None}
         self._hub_commit(by, files, f"room {room} destroyed by {model.short(by)}"
                          + (f" ({why})" if why else ""), "room-destroy", now=now,
@@ -793,6 +799,21 @@ class Hub:
     def _record_path(room: str) -> str:
         return f"archive/{room}.toml"
 
+    @staticmethod
+    def _restored_path(room: str) -> str:
+        return f"restored/{room}.toml"
+
+    def _restored_at(self, room: str, hub_view: RoomView | None = None) -> int:
+        """When the room was last restored (0: never since it was archived): a restore
+        adds no commit to the room, so the reaper, by its last commit, archived it
+        again at its next round."""
+        text = (hub_view or self._hub_view()).text(self._restored_path(room))
+        try:
+            got = fmt.loads_toml(text).get("restored", 0) if text else 0
+        except fmt.FormatError:
+            return 0
+        return got if isinstance(got, int) and not isinstance(got, bool) else 0
+
     def _archive_record(self, room: str, hub_view: RoomView | None = None) -> dict:
         """An archived room's record; without one (a crash between the ref move and
         the record) it counts as archived at its last commit and not pinned."""
@@ -838,11 +859,13 @@ class Hub:
                                 "last_activity": when, "idle_seconds": max(0, now - when),
                                 "health": "damaged", "damaged": e.reason, "fix": e.fix})
                     continue
-                idle = now - c.time
+                last = c.time if prefix != model.ROOM_PREFIX else \
+                    max(c.time, self._restored_at(name, hv))
+                idle = now - last
                 row = {"room": name, "status": "active" if prefix == model.ROOM_PREFIX
                        else "archived", "teams": room["teams"], "open": room["open"],
                        "leads": room["leads"], "pinned": room["pinned"],
-                       "last_activity": c.time, "idle_seconds": max(0, idle),
+                       "last_activity": last, "idle_seconds": max(0, idle),
                        "health": "busy" if idle < 3600 else "quiet" if idle < 7 * DAY
                        else "idle"}
                 if prefix == model.ARCHIVE_PREFIX:
@@ -947,8 +970,8 @@ class Hub:
             ref = self.store.room_ref(name)
 
             def still(tip):   # under the room's lock: nobody writes it meanwhile
-                c = self._room_commit(ref, tip)
-                if self._view_at(name, tip).room["pinned"] or now - c.time < idle_days * DAY:
+                last = max(self._room_commit(ref, tip).time, self._restored_at(name))
+                if self._view_at(name, tip).room["pinned"] or now - last < idle_days * DAY:
                     raise _NotDue()
             # dated by the hub's clock: a --now in the past made records the next
             # reap took for long expired, and destroyed

@@ -138,3 +138,21 @@ def test_a_write_to_a_room_archived_under_it_says_so(tmp_path):
         with pytest.raises(NotFound) as e:
             call()
         assert "is archived" in e.value.reason and "restore" in e.value.fix, e.value
+
+
+def test_a_restored_room_is_idle_from_its_restore_not_from_its_last_commit(tmp_path):
+    """A restore adds no commit to the room: the next reap took it for as idle as
+    before and archived it again, the day it came back."""
+    path = _hub(tmp_path, rooms=("a",))
+    assert _at(path, T0 + 2 * DAY).reap()["archived"] == ["a"]
+    _at(path, T0 + 3 * DAY).restore_room("a", "hub/admin")
+    h = _at(path, T0 + 3 * DAY + 60)
+    assert h.rooms("active")[0]["last_activity"] == T0 + 3 * DAY
+    assert h.reap()["archived"] == []                       # back an hour ago: not idle
+    assert _at(path, T0 + 4 * DAY + 60).reap()["archived"] == ["a"]   # a day on: idle again
+    hv = _at(path, T0 + 5 * DAY)._hub_view()
+    assert hv.text("restored/a.toml") is None and hv.text("archive/a.toml")
+    _at(path, T0 + 6 * DAY).restore_room("a", "hub/admin")
+    _at(path, T0 + 6 * DAY).destroy_room("a", "hub/admin")   # and destroy takes it too
+    assert _at(path, T0 + 6 * DAY).destroy_room("a", "t/ann")["destroyed"]
+    assert _at(path, T0 + 6 * DAY)._hub_view().text("restored/a.toml") is None
