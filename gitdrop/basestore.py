@@ -365,10 +365,16 @@ class BaseStore:
         return rules.Ctx(self.reader, when, teams=self.teams)
 
     def teams(self) -> dict | None:
-        """The hub's team registry {team: lead} (None without a hub branch)."""
+        """The hub's team registry {team: lead} (None without a hub branch). Read once
+        per tip of the hub branch: every task move asks (rules._by_leads_now)."""
         from .hubrules import registry
         tip = self.tip(model.HUB_REF)
-        return registry(self.reader, tip) if tip else None
+        if not tip:
+            return None
+        got = getattr(self, "_teams_read", None)
+        if got is None or got[0] != tip:
+            got = self._teams_read = (tip, registry(self.reader, tip))
+        return got[1]
 
     def _one(self, room, tip, build, author, now, check, w):
         """Build and check one operation on `tip`; write its objects (not the ref).

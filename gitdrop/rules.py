@@ -9,6 +9,7 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 
 import _thread
 import bisect
+import copy
 
 from . import brief, deps, fmt, keywindow, machine, model
 from .errors import Refusal
@@ -196,8 +197,43 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
                  and model.is_hub_identity(c.author)):  # room ops check their own
         _registered(before, c, op)
     _check_key(c, op, ctx, before.name)
-    fn(before, c, changes, ctx, op)
+    if op.startswith(("task-", "handshake-")):   # what a lead may: the registry's leads
+        _by_leads_now(fn, before, c, changes, ctx, op)
+    else:
+        fn(before, c, changes, ctx, op)
     return op
+
+
+def _by_leads_now(fn, before, c, changes, ctx, op):
+    """A task's or handshake's check, with the room's leads as the team registry has
+    them: at receipt, the registry of now (a hand-over stopped before it reached the
+    room left the old lead reviewing and signing there, and the new one refused);
+    judged again, as recorded first, then by each registry of the commit's time."""
+    if ctx.now is not None:
+        return fn(_leads_as(before, ctx.registry()), c, changes, ctx, op)
+    views = [before] + [v for v in (_leads_as(before, r) for r in ctx.registries_of(c))
+                        if v is not before]
+    refused = None
+    for view in views:
+        try:
+            return fn(view, c, changes, ctx, op)
+        except Refusal as e:
+            refused = refused or e
+    raise refused
+
+
+def _leads_as(view, teams):
+    """`view` with room.toml's leads as `teams` (the registry) has them, or `view`
+    itself where they agree."""
+    room = view.room
+    leads = leads_now(room, teams)
+    if not teams or leads == room["leads"]:
+        return view
+    got = copy.copy(view)
+    got._cache = dict(view._cache)
+    doc = view._doc("room", model.ROOM_FILE)
+    got._cache[("p", model.ROOM_FILE)] = (dict(room, leads=leads), doc[1] if doc else "")
+    return got
 
 
 # --- idempotency keys ---------------------------------------------------------

@@ -101,8 +101,12 @@ def _check_room(reader, room, commits, now, pusher, progress=None,
     out = []
     fresh = set()
 
-    def teams():
-        return hubrules.registry(reader, hub) if hub else None   # "": no hub branch
+    read = []
+
+    def teams():   # read once for the push: each task move asks (rules._by_leads_now)
+        if not read:
+            read.append(hubrules.registry(reader, hub) if hub else None)   # "": none
+        return read[0]
     teams_at = hubrules.RegistryAt(reader, hub) if hub and now is None else None
     for c in commits:
         parent_tree = reader.commit(c.parent).tree if c.parent else None

@@ -1412,3 +1412,25 @@ def test_verify_and_import_take_a_re_sync_whatever_the_clocks_said(hub, lobby, t
     other.register_team("core", "core/kai", ["juno"])
     bundle.import_room(other, out)
     other.verify("proj")
+
+
+def test_until_a_stopped_hand_over_is_finished_the_registrys_lead_reviews_and_signs(
+        proj, hub):
+    """Where a stopped hand-over had not reached, the lead it replaced still signed
+    cross-team tasks and reviewed its team's work, and the new lead was refused both,
+    told to ask the old one."""
+    hub.register_team("core", "core/juno", ["kai"], by="core/juno")
+    proj.register("core/kai")
+    cross = proj.create_task("web/ana", "cross", assignee="core/spartan")["id"]
+    review = proj.create_task("core/juno", "review me", assignee="core/spartan")["id"]
+    proj.move_task("core/spartan", review, "start")
+    proj.move_task("core/spartan", review, "submit")
+    _stopped_hand_over(hub, "core", "core/kai", "core/juno")
+    assert proj.view().room["leads"]["core"] == "core/juno"   # not reached
+    for move in ("sign", "approve"):
+        with pytest.raises(Refusal) as e:
+            proj.move_task("core/juno", cross if move == "sign" else review, move)
+        assert "core/kai" in e.value.fix or "core/kai" in e.value.reason, e.value
+    proj.move_task("core/kai", cross, "sign")
+    assert proj.move_task("core/kai", review, "approve")["state"] == "completed"
+    hub.verify("proj")
