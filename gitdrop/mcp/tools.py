@@ -969,8 +969,8 @@ class ToolBox:
         shared: others may take shared ones too
         ttl_seconds: how long it holds
         """
-        now = self.room.clock()
         if action == "list":
+            now = self.room.clock()
             return {"leases": [_lease(x, now) for x in self.room.leases()], "commit": ""}
         if action == "take":
             r = self.room.take_lease(self.me(agent_name), glob, shared=shared,
@@ -981,7 +981,9 @@ class ToolBox:
             r = self.room.release_lease(self.me(agent_name), glob)
         else:
             raise UsageError(f"unknown action {action!r}", "use take, release or list")
-        return {"leases": [_lease(r, now)], "commit": r.get("commit", "")}
+        # the time left as of now, after the write: read before it, a take that crossed
+        # a second's edge was said to hold one second more than it was given
+        return {"leases": [_lease(r, self.room.clock())], "commit": r.get("commit", "")}
 
     # --- rooms and teams ------------------------------------------------------------------
     def register_team(self, team_name: str, leader: str, members: str = "") -> TeamChanged:
