@@ -428,3 +428,14 @@ def test_stdio_calls_through_the_sdks_serving_loop(hub, version):
             out.close()   # end of input: the server's loop ends
     anyio.run(session)
     assert [m["text"] for m in lobby.history(1)] == ["hi"]
+
+
+def test_a_path_lease_never_says_it_holds_longer_than_asked(hub):
+    """`left` was reckoned from a time read before the write: a take that crossed a
+    second's edge was said to hold 601 s of a ttl of 600."""
+    hub.room("lobby").register("core/spartan")
+    box = mcp_tools.ToolBox(hub.path, "lobby", "core/spartan")
+    ticks = iter(range(1_800_000_000, 1_800_000_100))
+    box.room.clock = lambda: next(ticks)   # each reading a second later
+    got = box.path_lease(action="take", glob="src/**", ttl_seconds=600)["leases"][0]
+    assert 0 < got["left"] < 600, got
