@@ -539,10 +539,9 @@ class Hub:
         ref = self.store.room_ref(room)
         tip = moved or self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
         pinned = self._view_at(room, tip).room["pinned"]
-        self._hub_commit(by, lambda hv: dict(
-            {self._record_path(room): fmt.dumps_toml(
-                {"name": room, "archived": now, "tip": tip, "pinned": pinned})},
-            **{p: None for p in [self._restored_path(room)] if hv.text(p) is not None}),
+        gone = self._records_gone(room, keep=(f"destroy/{room}.toml",))
+        record = fmt.dumps_toml({"name": room, "archived": now, "tip": tip, "pinned": pinned})
+        self._hub_commit(by, lambda hv: dict(gone(hv), **{self._record_path(room): record}),
             f"room {room} archived by {model.short(by)}" + (f" ({why})" if why else ""),
             "room-archive", now=now, room=room, tip=tip)
         return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
@@ -581,7 +580,7 @@ class Hub:
         try:
             ref, tip, view = self._locate(room)
         except NotFound:
-            return self._destroyed_before(room, by, path)
+            return self._destroyed_before(room, by)
         by = self.may_destroy(view, by)
         leads = self.destroyers(view)
         text = self._hub_view().text(path)
@@ -606,19 +605,22 @@ class Hub:
                     "waiting_for": waiting}
         return self._destroy(room, by, why, self.clock())
 
-    def _destroyed_before(self, room: str, by: str, path: str) -> dict:
+    def _destroyed_before(self, room: str, by: str) -> dict:
         """`room destroy` of a room that is gone: a destroy killed after the room went
         and before its hub commit left its records; the same call takes them away
         (else the consents counted for the next room of the name)."""
-        hv = self._hub_view()
-        left = [p for p in (path, self._record_path(room)) if hv.text(p) is not None]
-        if not left:
+        if not self._records_gone(room)(self._hub_view()):
             raise NotFound(f"no room {room!r} in this hub", "gitdrop room list --all")
-        self._hub_commit(by or OPERATOR, lambda v: {p: None for p in left
-                                                    if v.text(p) is not None},
+        self._hub_commit(by or OPERATOR, self._records_gone(room),
                          f"room {room} destroyed (its records, left by a destroy that was "
                          "stopped, taken away)", "room-destroy", room=room)
         return {"room": room, "destroyed": True, "tip": "", "finished": True}
+
+    def _records_gone(self, room: str, keep=()):
+        """What takes a room's records on the hub branch away (its archive, restore and
+        destroy records, but those in `keep`), as files for _hub_commit."""
+        paths = (self._record_path(room), self._restored_path(room), f"destroy/{room}.toml")
+        return lambda hv: {p: None for p in paths if p not in keep and hv.text(p) is not None}
 
     def destroyers(self, view: RoomView) -> list[str]:
         """Whose consent destroys a room: the lead of every member team (as the team
@@ -637,12 +639,8 @@ class Hub:
                  still=None) -> dict:
         ref = ref or self._locate(room)[0]
         tip = self._move(ref, None, f"destroyed by {by}", still=still)
-
-        def files(hv):
-            return {p: None for p in (self._record_path(room), f"destroy/{room}.toml",
-                                      self._restored_path(room))
-                    if hv.text(p) is not None}
-        self._hub_commit(by, files, f"room {room} destroyed by {model.short(by)}"
+        self._hub_commit(by, self._records_gone(room),
+                         f"room {room} destroyed by {model.short(by)}"
                          + (f" ({why})" if why else ""), "room-destroy", now=now,
                          room=room, tip=tip)
         return {"room": room, "destroyed": True, "tip": tip}

@@ -9,7 +9,6 @@ raises `Refusal` naming the rule, the commit and the fix otherwise.
 
 import _thread
 import bisect
-import copy
 
 from . import brief, deps, fmt, keywindow, machine, model
 from .errors import Refusal
@@ -206,34 +205,29 @@ def check(before: RoomView, c, changes: list[Change], ctx: Ctx) -> str:
 
 def _by_leads_now(fn, before, c, changes, ctx, op):
     """A task's or handshake's check, with the room's leads as the team registry has
-    them: at receipt, the registry of now (a hand-over stopped before it reached the
-    room left the old lead reviewing and signing there, and the new one refused);
-    judged again, as recorded first, then by each registry of the commit's time."""
-    if ctx.now is not None:
-        return fn(_leads_as(before, ctx.registry()), c, changes, ctx, op)
-    views = [before] + [v for v in (_leads_as(before, r) for r in ctx.registries_of(c))
-                        if v is not before]
+    them: a hand-over stopped before it reached the room left the old lead reviewing
+    and signing there, and the new one refused. Judged again, as recorded first."""
+    def judge(teams):
+        leads = leads_now(before.room, teams)
+        view = before if leads == before.room["leads"] else before.with_leads(leads)
+        return fn(view, c, changes, ctx, op)
+    _by_a_registry(ctx, c, judge, recorded=True)
+
+
+def _by_a_registry(ctx, c, judge, recorded=False):
+    """judge(teams) by the registry `c` was made under: at receipt, the one of now;
+    judged again, each of the commit's time (and none, `recorded`: as room.toml says),
+    passing if one does; else the first refusal."""
+    regs = ctx.registries_of(c)
+    if recorded and ctx.now is None:
+        regs = [None] + [r for r in regs if r is not None]
     refused = None
-    for view in views:
+    for teams in regs:
         try:
-            return fn(view, c, changes, ctx, op)
+            return judge(teams)
         except Refusal as e:
             refused = refused or e
     raise refused
-
-
-def _leads_as(view, teams):
-    """`view` with room.toml's leads as `teams` (the registry) has them, or `view`
-    itself where they agree."""
-    room = view.room
-    leads = leads_now(room, teams)
-    if not teams or leads == room["leads"]:
-        return view
-    got = copy.copy(view)
-    got._cache = dict(view._cache)
-    doc = view._doc("room", model.ROOM_FILE)
-    got._cache[("p", model.ROOM_FILE)] = (dict(room, leads=leads), doc[1] if doc else "")
-    return got
 
 
 # --- idempotency keys ---------------------------------------------------------
@@ -1587,17 +1581,10 @@ def _check_room_settings(before, c, changes, ctx, op):
                 f"operator's call, not {c.author}'s: an open room takes any team, and is run "
                 "by the operator", "ask the hub's operator (on the hub's machine: the same "
                 "gitdrop command with --as hub/admin), or make a new room as you want it")
-    refused, regs = None, ctx.registries_of(c)
     # teams are never deleted: one an earlier registry lacks is no unknown team
-    known = set().union(*(r for r in regs if r))
-    for teams in regs:
-        try:
-            _room_change_by(before, c, old, new, teams, ctx.now is None, known)
-            break
-        except Refusal as e:
-            refused = refused or e
-    else:
-        raise refused
+    known = set().union(*(r for r in ctx.registries_of(c) if r))
+    _by_a_registry(ctx, c, lambda teams: _room_change_by(before, c, old, new, teams,
+                                                         ctx.now is None, known))
     _check_settings(c, new)
 
 
