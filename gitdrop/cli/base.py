@@ -235,7 +235,7 @@ class Scope:
             return text
         import re
         # init makes a hub where it is told: no hub, room or agent of this one's
-        names = "|".join(sorted(set(_command_names()) - {"init"}, key=len, reverse=True))
+        names = "|".join(sorted(set(TOP_COMMANDS) - {"init"}, key=len, reverse=True))
         if not names:
             return text
 
@@ -310,10 +310,6 @@ class Scope:
 
 
 TOP_COMMANDS: list[str] = []   # gitdrop's commands (cli.main lists them here)
-
-
-def _command_names() -> list:
-    return TOP_COMMANDS
 
 
 def error_doc(err: GitdropError) -> dict:
@@ -392,6 +388,7 @@ def _deliver_again(signum: int) -> None:
             if sig:
                 os.kill(os.getpid(), sig)
         _AGAIN["timer"] = threading.Timer(0.05, send)
+        _AGAIN["timer"].daemon = True
         _AGAIN["timer"].start()
 
 
