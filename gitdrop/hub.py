@@ -564,8 +564,9 @@ class Hub:
                          f"room {room} restored by {model.short(by)}", "room-restore",
                          now=now, room=room, tip=tip)
         # leads handed over in the registry while it was archived take their place
-        # (the restorer writes what is its own to write; the rest, said, take it with
-        # room join)
+        # (the restorer writes what is its own to write; the rest are the registry's
+        # leads' to record, by the team command run again or room join, and run the
+        # room meanwhile all the same)
         teams = self.store.teams() or {}
         for team, was in view.room["leads"].items():
             if teams.get(team) and teams[team] != was:
