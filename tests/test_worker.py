@@ -1100,8 +1100,11 @@ def test_a_long_running_worker_keeps_nothing_of_a_helper_a_program_left_in_its_s
         for pid in (pids.read_text().split() if pids.exists() else []):
             if _running(int(pid)):
                 os.kill(int(pid), signal.SIGKILL)
-    assert len(counts) == 2 and counts[1][0] <= counts[0][0] + 1 and \
-        counts[1][1] <= counts[0][1], counts
+    # Kept, each such task left 2 descriptors and a thread: 4 tasks later, 8 and 4 more.
+    # A count taken as the worker opens the next program's pipes or a room's files
+    # may read 2 above its steady state (seen: 13 against 11), and a thread 1.
+    assert len(counts) == 2 and counts[1][0] <= counts[0][0] + 3 and \
+        counts[1][1] <= counts[0][1] + 1, counts
 
 
 def test_what_a_program_left_is_ended_though_its_worker_was_killed_ending_it(tmp_path):
