@@ -14,8 +14,11 @@ NOTICE_OPS = {
     "task-approve": "assignee", "task-cancel": "assignee", "task-submit": "reviewer",
     "task-ask": "creator", "task-fail": "creator", "task-sign": "assignee",
     "task-reap": "reaped", "handshake-start": "targets", "handshake-ack": "go",
-    "task-complete": "creator", "task-release": "creator",
+    "task-complete": "creator", "task-release": "creator", "task-claim": "assignee",
 }
+# Moves that give a task an assignee: across teams, the leads who must sign it
+# before it starts are told too (nothing told them; a worker waited on them unknown).
+_SIGN_OWED = ("task-create", "task-assign", "task-claim", "task-retry")
 LEADS = "@leads"
 ABLE = "@able:"   # + required capabilities: every agent that has them
 
@@ -79,7 +82,11 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
         if doc["reviewer"]:
             return [doc["reviewer"]]
         return [LEADS]
-    return [doc[who]] if doc.get(who) else []
+    mine = [doc[who]] if doc.get(who) else []
+    if op in _SIGN_OWED and doc["assignee"]:
+        owed = rules.signers_needed(RoomView(reader, c.tree, c.oid, ""), doc)
+        mine += [x for x in owed if x not in doc["signoffs"] and x not in mine]
+    return mine
 
 
 def _dependents(reader, c: CommitData, tid: str) -> list[str]:

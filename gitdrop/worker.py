@@ -11,10 +11,13 @@
 - a handler's exception fails the attempt: the task is released with a retry counted
   and a backoff (not_before), or failed once max_retries are used up;
 - SIGTERM or SIGINT (or stop()) releases the task being worked on, counting nothing;
-- a task it cannot start (a sign-off or a handshake missing), or whose result it could
-  neither hand in nor give back, is passed over for a while, longer each time: it
-  would otherwise come straight back, round after round; such a round is not work
-  for `idle`, and a task whose result was lost is given back, not run again;
+- a task it cannot start (a handshake not at GO), or whose result it could neither
+  hand in nor give back, is passed over for a while, longer each time: it would
+  otherwise come straight back, round after round; such a round is not work for
+  `idle`, and a task whose result was lost is given back, not run again. A
+  cross-team task waiting for its leads' sign-offs is kept (they sign an assigned
+  task, and are told of it) and passed over the same way, looked at again as soon
+  as a lead signs;
 - the notes it writes are cut to fit the room's max_file and max_message, saying so,
   with their control characters (a colour, a backspace) written as escapes;
 - a task it has in progress when it starts (an earlier run of it died mid-task) is
@@ -169,6 +172,7 @@ class Worker:
         self._in_handler = False
         self._ready_once = False
         self._held = {}   # task id -> (monotonic end, times): passed over until then
+        self._signing = {}   # task id kept for its sign-offs -> the sign-offs it had
         self.ledger = ledger or Alone((self.room.store.path, room, agent))
         self._left_seen = False
         self._suspects: dict = {}   # task -> (lease_until seen, when to give it back)
@@ -246,6 +250,7 @@ class Worker:
         with self.ledger.claiming():   # no other worker of the agent looks meanwhile
             others = self.ledger.others()
             self._give_back_left(others)
+            self._signed_since()
             now = time.monotonic()
             got = self.room.claim_next(self.agent, tag=",".join(self.tags), skip=[
                 *(t for t, (end, _n) in self._held.items() if end > now), *others,
@@ -260,6 +265,19 @@ class Worker:
             self.current = ""
             self.ledger.hold("")
 
+    def _signed_since(self) -> None:
+        """A task kept for its sign-offs is looked at again as soon as they change
+        (a lead signed); one no longer ours is forgotten."""
+        for tid, seen in list(self._signing.items()):
+            try:
+                t = self.room.task(tid)
+            except GitdropError:
+                t = None
+            if t is None or t["state"] != "assigned" or t["assignee"] != self.agent:
+                del self._signing[tid]
+            elif t["signoffs"] != seen:
+                self._held.pop(tid, None)
+
     def _see_through(self, tid: str) -> dict:
         task = self.room.task(tid)
         if tid in self._held and task["state"] == "in_progress":
@@ -271,11 +289,20 @@ class Worker:
         if task["state"] == "assigned":
             try:
                 self.room.move_task(self.agent, tid, "start")
-            except Refusal as e:   # waits for a handshake or a sign-off: give it back
+            except Refusal as e:
+                if e.rule == "dual-sign":
+                    # Kept: the leads sign an assigned task (given back, it could not
+                    # be signed, and the sign-offs went with it); tried again once
+                    # they change, or when its pass-over ends.
+                    self._signing[tid] = task["signoffs"]
+                    return self._emit("held", task, reason=e.reason, rule=e.rule,
+                                      retry_in=self._hold(tid))
+                # waits for a handshake at GO: given back, for whoever may start it
                 self._give_back(tid, f"cannot start yet: {e.reason}")
                 return self._emit("released", task, reason=e.reason, rule=e.rule,
                                   retry_in=self._hold(tid))
             self._held.pop(tid, None)
+            self._signing.pop(tid, None)
             task = self.room.task(tid)
         # what the tasks it waited on handed in: a pipeline's input
         task["inputs"] = {d: self.room.task(d)["note"] for d in task["after"]}

@@ -540,7 +540,9 @@ def _events(out):
 def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_path):
     """A cross-team task without its sign-offs, and one bound to a handshake not at
     GO, may be claimed but not started: the worker gave them back and took them again
-    at once, in a loop of hundreds of commits a second that --idle never ended."""
+    at once, in a loop of hundreds of commits a second that --idle never ended. The
+    one waiting for sign-offs is kept (its leads sign an assigned task), the other
+    given back."""
     hub, room = _hub(tmp_path)
     room.register("other/mallory", ["coder"])
     honest = room.create_task(LEAD, "honest", review=False, tags=["t"])["id"]
@@ -556,17 +558,46 @@ def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_p
     assert p.returncode == 0, e
     evs = _events(o)
     assert [(x["event"], x["task"]) for x in evs] == [
-        ("claimed", bait), ("released", bait), ("claimed", bound), ("released", bound),
+        ("claimed", bait), ("held", bait), ("claimed", bound), ("released", bound),
         ("claimed", honest), ("started", honest), ("done", honest), ("idle", ""),
         ("stopped", "")], evs
     assert evs[1]["rule"] == "dual-sign" and evs[1]["retry_in"] == 10
+    assert "needs sign-off from core/juno" in evs[1]["reason"]
     assert evs[3]["rule"] == "handshake-go" and evs[3]["retry_in"] == 10
-    assert _moves(hub, bait) == [("task-create", "other/mallory"), ("task-claim", W),
-                                 ("task-release", W)]
+    assert _moves(hub, bait) == [("task-create", "other/mallory"), ("task-claim", W)]
     assert _moves(hub, bound)[-2:] == [("task-claim", W), ("task-release", W)]
     assert [room.task(t)["state"] for t in (bait, bound, honest)] == \
-        ["pending", "pending", "completed"]
-    assert "needs sign-off from core/juno" in room.task(bait)["note"]
+        ["assigned", "pending", "completed"]
+    assert room.task(bait)["assignee"] == W
+
+
+def test_gitdrop_work_runs_a_cross_team_task_once_its_leads_have_signed(tmp_path):
+    """A worker gave a cross-team task without its sign-offs back: a pending task
+    cannot be signed, and giving it back cleared what was signed, so no worker ever
+    ran one nobody had assigned. It keeps it now; the leads who must sign are told,
+    and the worker starts it as soon as the last one signs."""
+    hub, room = _hub(tmp_path)
+    room.register("web/ana", ["lead"])   # web's first lead: the team is made
+    room.register("web/w2", ["coder"])
+    t = room.create_task(LEAD, "across", review=False)["id"]
+    p = _work(hub, "web/w2", "--idle", "20", "--backoff", "30", "--", "sh", "-c", "echo did")
+    try:
+        _until(lambda: room.task(t)["assignee"] == "web/w2", 30, "the worker to claim it")
+        for lead in (LEAD, "web/ana"):   # each is told it must sign
+            got = room.inbox(lead, peek=True)["messages"]
+            assert any(e["task"] == t and e["via"] == "notice" for e in got), (lead, got)
+        time.sleep(0.5)
+        assert room.task(t)["state"] == "assigned"   # kept, not given back
+        room.move_task(LEAD, t, "sign")
+        room.move_task("web/ana", t, "sign")
+        # passed over for 30 s, but a sign-off is looked at as it lands
+        _until(lambda: room.task(t)["state"] == "completed", 15, "the task to run")
+    finally:
+        _kill(p)
+    o, _ = p.communicate(timeout=10)
+    evs = [(x["event"], x["task"]) for x in _events(o)]
+    assert evs[:2] == [("claimed", t), ("held", t)] and ("done", t) in evs, evs
+    assert [m for m in _moves(hub, t) if m[0] == "task-release"] == []
 
 
 def test_a_task_no_claim_fits_is_passed_over_by_ready_claim_and_gitdrop_work(tmp_path):
