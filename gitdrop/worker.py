@@ -150,7 +150,8 @@ class Worker:
                  ledger=None):
         """`hub`: a Hub, or a path or git URL. `caps`: declared on start (None: keep
         the agent's). `tags`: only tasks with one of them. `idle`: run() returns after
-        that many seconds with nothing ready (None: never). `on_event(dict)`: told of
+        that many seconds with nothing ready (None: never), counted from when the
+        last task it failed may be taken again. `on_event(dict)`: told of
         every step (claimed, started, done, failed, released, lost: the task was moved
         by someone else meanwhile, held: it could neither hand in nor give back the
         task, reaped, error: a round lost to a busy room or a refusal, idle, stopped,
@@ -173,6 +174,9 @@ class Worker:
         self._ready_once = False
         self._held = {}   # task id -> (monotonic end, times): passed over until then
         self._signing = {}   # task id kept for its sign-offs -> the sign-offs it had
+        # When the last task this worker failed may be taken again: --idle waits for
+        # it (a worker that gave a killed run's task back stopped before running it)
+        self._retry_ready = 0.0
         self.ledger = ledger or Alone((self.room.store.path, room, agent))
         self._left_seen = False
         self._suspects: dict = {}   # task -> (lease_until seen, when to give it back)
@@ -352,6 +356,7 @@ class Worker:
                 wait = math.ceil(min(self.backoff * (2 ** fresh["retries"]), MAX_BACKOFF, most))
                 self.room.move_task(self.agent, tid, "release", note=error, failed=True,
                                     retry_in=wait)
+                self._retry_ready = max(self._retry_ready, time.monotonic() + wait)
                 return self._emit("failed", task, error=error[-500:], retry_in=wait,
                                   retries=fresh["retries"] + 1)
             self.room.move_task(self.agent, tid, "fail", note=error)
@@ -439,12 +444,13 @@ class Worker:
                     continue
                 if pause is None and self._reap():   # our own commits wake nobody: look again
                     continue
-                if self.idle is not None and time.monotonic() - idle_since >= self.idle:
+                since = max(idle_since, self._retry_ready)
+                if self.idle is not None and time.monotonic() - since >= self.idle:
                     self._emit("idle", {}, seconds=self.idle)
                     break
                 timeout = self._next_timer() if pause is None else min(self._next_timer(), pause)
                 if self.idle is not None:
-                    timeout = min(timeout, max(0.0, self.idle - (time.monotonic() - idle_since)))
+                    timeout = min(timeout, max(0.0, self.idle - (time.monotonic() - since)))
                 self._wake.wait(timeout)
         finally:
             n.stop()

@@ -571,6 +571,26 @@ def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_p
     assert room.task(bait)["assignee"] == W
 
 
+def test_gitdrop_work_with_idle_waits_for_the_retry_of_a_task_it_failed(tmp_path):
+    """--idle shorter than the backoff: the worker stopped before the task it had
+    just failed could be taken again, so nobody ran it (and after a kill -9, the next
+    worker gave the killed run's task back and stopped, where the docs say it runs it
+    again)."""
+    hub, room = _hub(tmp_path)
+    t = room.create_task(LEAD, "flaky", review=False, max_retries=2)["id"]
+    mark = tmp_path / "ran"
+    p = _work(hub, W, "--idle", "0.5", "--backoff", "1.5", "--", "sh", "-c",
+              f'if [ -e "{mark}" ]; then echo fine; else touch "{mark}"; exit 1; fi')
+    try:
+        o, e = p.communicate(timeout=30)
+    finally:
+        _kill(p)
+    assert p.returncode == 0, e
+    assert [(x["event"], x["task"]) for x in _events(o)][:5] == [
+        ("claimed", t), ("started", t), ("failed", t), ("claimed", t), ("started", t)], o
+    assert room.task(t)["state"] == "completed"
+
+
 def test_gitdrop_work_runs_a_cross_team_task_once_its_leads_have_signed(tmp_path):
     """A worker gave a cross-team task without its sign-offs back: a pending task
     cannot be signed, and giving it back cleared what was signed, so no worker ever
