@@ -608,17 +608,22 @@ class Room:
         return out
 
     def inbox(self, agent: str, limit: int = 20, peek: bool = False, fits=None,
-              shown_first=None) -> dict:
+              shown_first=None, again: bool = False) -> dict:
         """Unread messages and notices, oldest first; marks what it returns as read.
         `fits`: given those `limit` lets through, how many of them (from the first)
         to return; the rest stay unread, counted in `remaining`. `shown_first(result)`,
         with `cursor` (where the read cursor then moves), is called before the mark:
         shown first, a process killed between the two shows them again, never loses
-        them (the command line printed after the mark, and a kill there lost them)."""
+        them (the command line printed after the mark, and a kill there lost them).
+        `again`: what the agent's last read marked read, once more, marking nothing
+        (`read_at`: when): an answer that never reached its caller (a client killed,
+        a connection dropped: nothing tells a server) lost them, else."""
         limit = count_arg("limit", limit)
         view = self.view()
         agent = self.resolve(agent, view)
         me = view.agent(agent)
+        if again:
+            return self._read_again(view, agent, me["cursor"], limit, fits)
         evs = self._events_since(view, me["cursor"], agent, moving=not peek)
         shown = evs[:limit] if limit else evs
         for e in shown:   # a person's word, not another program's (register --human)
@@ -638,6 +643,27 @@ class Room:
         n = sum(1 for e in shown if e["op"] == "send")
         result["commit"] = self._mark_read(agent, new_cursor, n, len(shown) - n).get("commit", "")
         return result
+
+    def _read_again(self, view, agent: str, cursor: str, limit: int, fits) -> dict:
+        """The events between the cursor the agent's last read moved and where it
+        moved it, as that read saw them (the room then)."""
+        out = {"agent": agent, "messages": [], "remaining": 0, "again": True, "read_at": 0,
+               "unread": len(self._events_since(view, cursor, agent))}
+        if not cursor:
+            return out
+        for c in first_parent_walk(self.store.reader, view.commit):
+            if c.oid == cursor:   # its last read is older than where its cursor is
+                return out
+            if c.author == agent and c.op == "read":
+                break
+        else:
+            return out
+        before = self.view(c.parent).agent(agent) if c.parent else None
+        evs = self._events_since(self.view(cursor), before["cursor"] if before else "", agent)
+        shown = evs[:limit] if limit else evs
+        if fits is not None and shown:
+            shown = shown[:max(1, fits(shown))]
+        return dict(out, messages=shown, remaining=len(evs) - len(shown), read_at=c.time)
 
     @combinable(prepared=True)
     def _mark_read(self, agent: str, cursor: str, messages: int, notices: int) -> dict:

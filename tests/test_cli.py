@@ -133,6 +133,33 @@ def test_inbox_is_bounded_with_the_count_of_what_remains(gd, team):
     assert [m["text"] for m in gd.js("--as", "ada", "inbox")["messages"]] == ["note 3"]
 
 
+def test_the_last_read_is_shown_again_for_an_answer_that_never_arrived(gd, team):
+    """A read marks what it returns: an answer its caller never got (an MCP client
+    killed, a connection dropped) left those messages read, unseen, and nothing
+    would show them again to an agent (history is a lead's tool over MCP)."""
+    assert gd.js("--as", "ada", "inbox", "--again")["messages"] == []   # no read yet
+    for i in range(3):
+        team.send("core/juno", "core/ada", f"note {i}")
+    team.move_task("core/juno", team.create_task("core/juno", "t", assignee="core/ada")["id"],
+                   "cancel")
+    lost = team.inbox("core/ada", limit=2)   # read, and the answer lost
+    assert [m["text"] for m in lost["messages"]] == ["note 0", "note 1"]
+    again = gd.js("--as", "ada", "inbox", "--again")
+    assert [m["id"] for m in again["messages"]] == [m["id"] for m in lost["messages"]]
+    assert again["again"] is True and again["read_at"] and again["unread"] == 3
+    team.inbox("core/ada")
+    again = team.inbox("core/ada", again=True)   # the last read only: a note and notices
+    assert [m["text"] for m in again["messages"]][0] == "note 2" and \
+        [m["op"] for m in again["messages"]] == ["send", "task-create", "task-cancel"]
+    tip = team.store.room_tip(team.name)
+    assert team.inbox("core/ada", again=True)["messages"] == again["messages"]
+    assert team.store.room_tip(team.name) == tip   # marks nothing
+    assert team.inbox("core/ada")["messages"] == []
+    team.send("core/juno", "core/ada", "later")
+    out = gd.ok("--as", "ada", "inbox", "--again").out
+    assert "3 read by core/ada" in out and "(1 unread since)" in out and "note 2" in out
+
+
 def test_names_resolve_or_are_refused(gd, lobby):
     lobby.register("core/juno", ["lead"])
     lobby.register("core/spartan", [])

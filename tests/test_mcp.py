@@ -45,6 +45,8 @@ async def scenario(juno, spartan, kilo, transport):
     assert box["messages"][0]["from"] == "core/juno" and box["messages"][0]["via"] == "to"
     box = await spartan.ok("check_inbox", agent_name="spartan")
     assert [m["text"] for m in box["messages"]] == ["second"] and box["remaining"] == 0
+    again = await spartan.ok("check_inbox", again=True)   # the answer lost: read once more
+    assert again == box
     await spartan.ok("send", to_agent="juno", message="got it", reply_to=sent["commit"])
     assert [m["text"] for m in (await juno.ok("check_inbox"))["messages"]] == ["got it"]
     assert (await juno.ok("broadcast", message="standup in 5"))["to"] == ["all"]

@@ -21,8 +21,9 @@ from gitdrop.mcp.server import build
 # fields without typing them, brought it to 7,942 (agent) and 15,181 (all). Later
 # tools brought "all" to 15,990; edit_task's handshake_id (a lead rebinds a task whose
 # handshake cannot reach GO) to 16,07x; restore_room (archive_room had no way back
-# over MCP) to 16,35x.
-LIMITS = {"agent": 8000, "all": 16400}
+# over MCP) to 16,35x; check_inbox's again (a read whose answer never reached its
+# caller left its messages read and unseen) to 8,05x (agent) and 16,43x (all).
+LIMITS = {"agent": 8100, "all": 16500}
 
 
 def test_tokens_are_stored_hashed_outside_the_refs(hub):

@@ -268,18 +268,26 @@ def _event_line(ev: dict, name=model.short) -> str:
 def inbox(s: Scope,
           peek: Annotated[bool, typer.Option("--peek", help="Show, but do not mark read.")] = False,
           limit: Annotated[int, typer.Option(
-              "--limit", "-n", min=0, help="At most this many (0: all).")] = 20):
+              "--limit", "-n", min=0, help="At most this many (0: all).")] = 20,
+          again: Annotated[bool, typer.Option(
+              "--again", help="What your last read marked read, once more.")] = False):
     """What is waiting for you (messages and notices), oldest first; marks it read."""
     said = []
 
     def say(r):
         def show():
             msgs = r["messages"]
-            if not msgs:
+            if again:
+                print(f"{len(msgs)} read by {r['agent']} in {s.room_name}"
+                      + (f" at {fmt.stamp(r['read_at'])}" if r["read_at"] else "")
+                      + (f" ({r['unread']} unread since)" if r["unread"] else "")
+                      + (":" if msgs else ""))
+            elif not msgs:
                 print(f"nothing new for {r['agent']} in {s.room_name}")
                 return
-            print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
-                  + (" (peek: still unread)" if peek else "") + ":")
+            else:
+                print(f"{len(msgs)} new for {r['agent']} in {s.room_name}"
+                      + (" (peek: still unread)" if peek else "") + ":")
             name = model.namer(s.room.view().agent_ids() + [ev["from"] for ev in msgs])
             for ev in msgs:
                 print(_event_line(ev, name))
@@ -288,8 +296,8 @@ def inbox(s: Scope,
         s.emit(dict(r, room=s.room_name), show)
         sys.stdout.flush()   # out before the read cursor moves
         said.append(True)
-    r = s.room.inbox(s.agent, limit=limit, peek=peek, shown_first=say)
-    if not said:   # peek, or nothing new: no cursor moves
+    r = s.room.inbox(s.agent, limit=limit, peek=peek, shown_first=say, again=again)
+    if not said:   # peek, again, or nothing new: no cursor moves
         say(r)
 
 

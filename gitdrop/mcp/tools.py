@@ -489,7 +489,9 @@ def _int_id(value, what: str) -> str:
 
 
 ONBOARDING = ("Registered. Protocol: call check_inbox now and whenever you are notified; "
-              "read before you send (send is refused while you have unread messages). "
+              "read before you send (send is refused while you have unread messages); "
+              "check_inbox(again=true) shows your last read once more (a call that got "
+              "no answer, a restart). "
               "Ack handshakes addressed to you before starting bound work. Find work: "
               "claim_task without task_id takes the best task ready for you. Work a task: "
               "update_task(status='in_progress'), then submit_for_review; ask with "
@@ -580,8 +582,8 @@ class ToolBox:
     # --- messaging ------------------------------------------------------------------
     def register(self, agent_name: str = "", role: str = "", description: str = "",
                  team: str = "", token: str = "", caps: str = "") -> Registered:
-        """Join the room, or update your profile. Over HTTP returns your token: send
-        it as header Authorization: Bearer <token>.
+        """Join the room, or update your profile. Over HTTP, returns your token
+        (header Authorization: Bearer <token>).
 
         agent_name: your name, or team/name
         role: comma list (lead, coder, ...)
@@ -702,14 +704,15 @@ class ToolBox:
         r = self.room.send(self.me(from_agent), [model.ALL], message)
         return _sent(r)
 
-    def check_inbox(self, agent_name: str = "", limit: int = 20) -> Inbox:
+    def check_inbox(self, agent_name: str = "", limit: int = 20, again: bool = False) -> Inbox:
         """Read your unread messages and notices, oldest first (remaining: how many
         more).
 
         limit: at most 100
+        again: your last read again (its answer lost)
         """
         limit = max(1, min(int(limit or 20), MAX_INBOX))
-        r = self.room.inbox(self.me(agent_name), limit, fits=_fitting)
+        r = self.room.inbox(self.me(agent_name), limit, fits=_fitting, again=bool(again))
         return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
 
     def get_history(self, count: int = 10, task_id: str | int = "") -> History:
@@ -789,7 +792,7 @@ class ToolBox:
                     assigned_to: str = "", result: str = "") -> TaskMove:
         """Move a task to a status (or reassign it).
 
-        status: assigned, in_progress, review, completed, failed, blocked, cancelled; or renew (your lease), reap (an expired one), sign (a lead's cross-team sign-off)
+        status: assigned, in_progress, review, completed, failed, blocked, cancelled; renew (your lease), reap (an expired one), sign (a lead's, cross-team)
         assigned_to: the new assignee
         result: note or reason
         """
@@ -961,8 +964,8 @@ class ToolBox:
     # --- path leases on the work repository ---------------------------------------------
     def path_lease(self, action: str = "list", glob: str = "", shared: bool = False,
                    ttl_seconds: int = LEASE_TTL, agent_name: str = "") -> Leases:
-        """Reserve paths of the work repository before editing (refused, naming the
-        holder, if another's lease overlaps); release; list live ones.
+        """Reserve repository paths before editing (refused, naming the holder, if
+        another's lease overlaps); release; list live ones.
 
         action: take, release or list
         glob: e.g. src/api/**; release: it or the lease's id
