@@ -221,3 +221,30 @@ def test_a_refused_move_names_the_moves_its_caller_may_make(team):
     assert fix.startswith("from in_progress you may: submit (→ review)"), fix
     for wrong in ("complete", "reap", "cancel", "(→ reap)", "edit", "renew"):
         assert wrong not in fix, (wrong, fix)
+
+
+def test_a_move_made_again_says_it_may_have_landed_already(team):
+    """A claim, a submit or an approval called again after its answer was lost was
+    refused as if it were a mistake ("claim needs pending", "create a new task
+    instead"), hiding that the first call had done it."""
+    import pytest
+    from gitdrop.errors import Refusal
+    t = team.create_task("core/juno", "work")["id"]
+    team.move_task("core/spartan", t, "claim")
+    for agent, move, state, mine in (("core/spartan", "claim", "assigned", True),
+                                     ("core/spartan", "start", "in_progress", True),
+                                     ("core/spartan", "submit", "review", True),
+                                     ("core/juno", "approve", "completed", False)):
+        if move != "claim":
+            team.move_task(agent, t, move)
+        with pytest.raises(Refusal) as e:
+            team.move_task(agent, t, move)
+        assert e.value.rule == "task-state-machine"
+        assert e.value.reason.startswith(f"task {t} is {state} already" +
+                                         (", and yours" if mine else " (")), e.value.reason
+        assert "may have landed, its answer lost" in e.value.reason
+        assert e.value.fix.startswith("nothing to do if so; else "), e.value.fix
+    other = team.create_task("core/juno", "other")["id"]
+    with pytest.raises(Refusal) as e:   # not where the move leads: said as before
+        team.move_task("core/spartan", other, "submit")
+    assert e.value.reason == f"task {other} is pending; submit needs in_progress"
