@@ -195,6 +195,8 @@ async def scenario(juno, spartan, kilo, transport):
     await kilo.refused("restore_room", "lead-only", room_name="war")   # and back, and again
     assert (await juno.ok("restore_room", room_name="war"))["done"] is True
     await juno.ok("archive_room", room_name="war")
+    text = await juno.refused("room_settings", "not-found", room_name="war")
+    assert "Next: a lead of the room restores it (restore_room(room_name='war'))" in text, text
     await kilo.refused("destroy_room", "lead-only", room_name="war")
     assert (await juno.ok("destroy_room", room_name="war"))["done"] is True
     assert (await juno.ok("list_rooms", status="all"))["rooms"][0]["room"] == "lobby"

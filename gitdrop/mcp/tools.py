@@ -118,8 +118,11 @@ CLI_TOOLS = [
     ("gitdrop lease take GLOB --ttl ...", "path_lease(action='take', ttl_seconds=...)"),
     ("gitdrop lease list", "path_lease(action='list')"),
     ("(or --shared)", "(or shared=true)"),
+    ("gitdrop room restore {id}", "restore_room(room_name='{id}')"),
+    ("; its history reads with gitdrop room show {id}", ""),   # no tool reads an archive
+    ("read it with gitdrop room show {id}; ", ""),
 ]
-_CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"(\w+)")),
+_CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"([\w.-]+)")),
                tool.replace("{id}", r"\1")) for cli, tool in CLI_TOOLS]
 # A closed room's refusal of an agent its team's lead has not named (rules._check_register).
 _TEAM_ADD = (re.compile(r"gitdrop team add ([\w.-]+) ([\w.-]+) --as ([\w.-]+/[\w.-]+)"),
@@ -142,7 +145,8 @@ def render_error(e: GitdropError) -> str:
     if nxt and _TEAM_ADD[0].search(nxt):
         nxt = _TEAM_ADD[0].sub(_TEAM_ADD[1], nxt)
     elif e.rule in NEXT and e.rule not in ("token", "identity") and \
-            (not nxt or "gitdrop " in nxt) and "operator" not in nxt:   # a person's act
+            (not nxt or "gitdrop " in nxt) and "operator" not in nxt and \
+            "gitdrop room restore" not in nxt:   # a person's act; an archived room's own step
         nxt = NEXT[e.rule]  # the core's fix names a CLI command: name the tool instead
     elif nxt:
         nxt = _tool_words(nxt)
