@@ -430,6 +430,15 @@ def test_http_needs_a_login(served, room):
     assert f"refs/heads/rooms/{room}" in git("ls-remote", served.url("core/juno")).stdout
     p = git("ls-remote", f"http://127.0.0.1:{served.port}/other.git", check=False)
     assert p.returncode != 0
+    # A printed next step carries the URL without its password: pasted, it is told why
+    # it failed, not only to check its credentials.
+    env = dict(os.environ, GITDROP_CACHE=os.path.join(served.base, "cache-login"))
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub",
+                        remote.public_url(served.url("core/juno")), "--as", "core/juno",
+                        "--room", room, "inbox", "--json"], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 7 and "the hub asks for a login: give it in the URL" in \
+        json.loads(p.stdout)["fix"], (p.stdout, p.stderr)
 
 
 def test_a_room_cannot_be_forged_through_any_door(served, team, tmp_path):

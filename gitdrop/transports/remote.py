@@ -353,8 +353,8 @@ class RemoteStore(Store):
                       self.url, *refspecs, *(keep if refspecs == REFSPECS else ()))
         if p.returncode != 0:
             raise Unreachable(f"cannot fetch from {public_url(self.url)}: "
-                              f"{_last_lines(p.stderr)}", "check the URL, your credentials "
-                              "and that the hub exists" + _OFFLINE_HINT * (not self.offline))
+                              f"{_last_lines(p.stderr)}", _reach_fix(p.stderr)
+                              + _OFFLINE_HINT * (not self.offline))
         self._fetched = time.monotonic()
         for room in _moved_back(p.stderr):
             sys.stderr.write(f"gitdrop: room {room} on {public_url(self.url)} moved back or was "
@@ -428,8 +428,7 @@ class RemoteStore(Store):
             raise self._refusal(err)
         self._fetched = -math.inf   # it may have landed: the next read (a retry's) fetches
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
-                          "check the URL, your credentials and that the hub exists"
-                          + _OFFLINE_HINT)
+                          _reach_fix(err) + _OFFLINE_HINT)
 
     def _landed_after_all(self, ref: str, new: str) -> bool:
         """After a push that got no answer: fetch, and True if `new` is on the hub's
@@ -1130,6 +1129,16 @@ def _moved_back(stderr: str) -> list[str]:
             if name.startswith(model.ROOM_PREFIX[len("refs/heads/"):]) and model.is_name(room):
                 out.append(room)
     return out
+
+
+def _reach_fix(stderr: str) -> str:
+    """What to do when git could not reach the hub: a login the URL lacks is said
+    as such (a command gitdrop printed has the URL without its password)."""
+    if re.search(r"could not read (Username|Password)|Authentication failed", stderr):
+        return ("the hub asks for a login: give it in the URL (scheme://team%2Fname:TOKEN@"
+                "host/...) or in GITDROP_HUB; gitdrop leaves the password out of the "
+                "commands it prints")
+    return "check the URL, your credentials and that the hub exists"
 
 
 def _last_lines(text: str, n: int = 3) -> str:
