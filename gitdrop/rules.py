@@ -899,8 +899,11 @@ def _check_waiting(before, c, task, tid, move):
         blocked = deps.blocked_by(tasks, task)
         _refuse("task-dependency", c, f"task {tid} waits on task{'s' * (len(waiting) > 1)} "
                 f"{', '.join(waiting)}, not completed yet" + (f" ({blocked})" if blocked else "")
-                + f"; it cannot {move} before", "take a ready task instead (gitdrop ready)"
-                if not blocked else "retry or replace the failed dependency, or edit after")
+                + f"; it cannot {move} before",
+                "retry or replace the failed dependency, or edit after" if blocked else
+                "start it once they are: it is yours meanwhile, and the notice of their "
+                "completion tells you (take a ready task in between: gitdrop ready)"
+                if task["assignee"] == c.author else "take a ready task instead (gitdrop ready)")
 
 
 def _check_caps(before, c, task, agent_id):

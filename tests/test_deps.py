@@ -420,3 +420,16 @@ def test_a_claim_hint_keeps_the_agent_and_names_the_step_for_the_state(hub, team
                         "--claim"], env=env, capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.splitlines()[-1] == \
         f"next: gitdrop --as kai task submit {a}", p.stdout + p.stderr
+
+
+def test_an_assignee_refused_a_start_for_a_dependency_is_told_the_task_stays_its(team):
+    """The fix told the task's own assignee to take another task instead, as if it
+    had lost this one."""
+    a = team.create_task("core/juno", "a")["id"]
+    b = team.create_task("core/juno", "b", after=[a], assignee="core/kai")["id"]
+    e = _rule(team.move_task, "core/kai", b, "start")
+    assert e.rule == "task-dependency" and e.fix.startswith("start it once they are: it is "
+                                                            "yours meanwhile"), e.fix
+    c = team.create_task("core/juno", "c", after=[a])["id"]
+    assert _rule(team.move_task, "core/kai", c, "claim").fix == \
+        "take a ready task instead (gitdrop ready)"
