@@ -50,9 +50,10 @@ def _line(text: str, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def reason(t, waiting_on=(), blocked_by: str = "") -> str:
+def reason(t, waiting_on=(), blocked_by: str = "", owed=()) -> str:
     """Why a task is not moving ("" if nothing holds it): its block reason, its
-    question, why it failed, a dependency that failed, or what it waits on."""
+    question, why it failed, a dependency that failed, what it waits on, or the
+    leads whose sign-off it still needs (`owed`) to start."""
     st = t["state"]
     if st == "blocked":
         return t["note"] or "blocked"
@@ -64,7 +65,17 @@ def reason(t, waiting_on=(), blocked_by: str = "") -> str:
         return blocked_by
     if waiting_on and st not in ("completed", "cancelled"):
         return "waits on " + ", ".join("#" + str(d) for d in waiting_on)
+    if owed and st == "assigned":
+        return "sign-off owed by " + ", ".join(owed)
     return ""
+
+
+def sign_owed(view, t) -> list[str]:
+    """The leads who must still sign an assigned cross-team task before it starts."""
+    if t["state"] != "assigned":
+        return []
+    from .rules import signers_needed
+    return [x for x in signers_needed(view, t) if x not in t["signoffs"]]
 
 
 def _headers(room, view):
@@ -143,7 +154,7 @@ def board_data(room, per_column: int = PER_COLUMN, events: int = EVENTS,
             rows.append({"id": str(t["id"]), "title": t["title"], "priority": t["priority"],
                          "assignee": t["assignee"], "updated": t["updated"],
                          "age": _age(t["updated"], now),
-                         "reason": reason(t, waiting, blocked),
+                         "reason": reason(t, waiting, blocked, sign_owed(view, t)),
                          "waiting_on": waiting, "blocked_by": blocked})
         columns.append({"state": st, "count": len(ts), "tasks": rows})
 
@@ -190,7 +201,7 @@ def task_data(room, task_id, moves: int = 30) -> dict:
     t = room.task(task_id)
     now = int(room.clock())
     hist = room.history(n=moves, task=str(t["id"]), messages_only=False)
-    held = reason(t, t["waiting_on"], t["blocked_by"])
+    held = reason(t, t["waiting_on"], t["blocked_by"], sign_owed(room.view(), t))
     return {"room": room.name, "now": now, "task": dict(t, reason=held),
             "history": [{"id": e["id"], "time": e["time"], "age": _age(e["time"], now),
                          "author": e["from"], "op": e["op"], "subject": e["subject"],

@@ -211,3 +211,22 @@ def test_a_remote_hub_gives_the_same_frame(seeded, tmp_path):
     assert doc["tasks_total"] == 6 and {a["agent"] for a in doc["agents"]} == {
         "core/juno", "core/spartan", "core/kai"}
     assert [t["id"] for t in column(doc, "blocked")["tasks"]] == ["3"]
+
+
+def test_a_cross_team_task_shows_whose_sign_off_it_waits_for(seeded, tmp_path):
+    """Nothing on the board said a cross-team task could not start for want of a lead's
+    sign-off: it sat in assigned, holding nobody's name."""
+    r = seeded.room("lobby")
+    r.register("web/ana", ["lead"])
+    r.register("web/wes", ["coder"])
+    t = r.create_task("core/juno", "across", assignee="web/wes")["id"]
+    g = Gitdrop(seeded.path, str(tmp_path))
+    row = next(x for x in column(g.js("board"), "assigned")["tasks"] if x["id"] == t)
+    assert row["reason"] == "sign-off owed by core/juno, web/ana"
+    r.move_task("web/ana", t, "sign")
+    row = next(x for x in column(g.js("board"), "assigned")["tasks"] if x["id"] == t)
+    assert row["reason"] == "sign-off owed by core/juno"
+    from gitdrop import board
+    assert board.task_data(r, t)["task"]["reason"] == "sign-off owed by core/juno"
+    r.move_task("core/juno", t, "sign")
+    assert board.task_data(r, t)["task"]["reason"] == ""
