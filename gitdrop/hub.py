@@ -8,8 +8,8 @@ import time
 
 import pygit2
 
-from . import durable, files, fmt, hubrules, layout, model, rules, taskindex, tokens, wal, \
-    writequeue
+from . import durable, files, fmt, hubrules, layout, machine, model, rules, taskindex, tokens, \
+    wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
 from .errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from .rules import is_message
@@ -538,13 +538,18 @@ class Hub:
     def _archive(self, room: str, by: str, why: str, now: int, moved: str = "") -> dict:
         ref = self.store.room_ref(room)
         tip = moved or self._move(ref, model.ARCHIVE_PREFIX + room, f"archived by {by}")
-        pinned = self._view_at(room, tip).room["pinned"]
+        view = self._view_at(room, tip)
+        pinned = view.room["pinned"]
+        # said to whoever archives: the work it stops (it comes back with a restore)
+        open_tasks = sum(1 for t in taskindex.headers(view) if t["state"] in machine.OPEN
+                         and t["state"] != "failed")
         gone = self._records_gone(room, keep=(f"destroy/{room}.toml",))
         record = fmt.dumps_toml({"name": room, "archived": now, "tip": tip, "pinned": pinned})
         self._hub_commit(by, lambda hv: dict(gone(hv), **{self._record_path(room): record}),
             f"room {room} archived by {model.short(by)}" + (f" ({why})" if why else ""),
             "room-archive", now=now, room=room, tip=tip)
-        return {"room": room, "archived": True, "tip": tip, "pinned": pinned}
+        return {"room": room, "archived": True, "tip": tip, "pinned": pinned,
+                "open_tasks": open_tasks}
 
     def restore_room(self, room: str, by: str) -> dict:
         ref, tip, view = self._locate(room)

@@ -78,8 +78,14 @@ def test_archive_pin_restore_and_who_may(gd, hub, lobby):
     room.register("core/juno", ["lead"])
     room.register("core/kai", [])
     gd.refused(3, "lead-only", "--as", "core/kai", "room", "archive", "old")
+    for title in ("open", "done"):
+        room.create_task("core/juno", title, assignee="core/kai", review=False)
+    room.move_task("core/juno", "2", "cancel")
     doc = gd.js("--as", "juno", "--room", "old", "room", "archive")
-    assert doc["archived"] is True
+    assert doc["archived"] is True and doc["open_tasks"] == 1   # said: the work it stops
+    gd.js("--as", "core/juno", "room", "restore", "old")
+    out = gd.ok("--as", "juno", "room", "archive", "old").out
+    assert "1 task not done goes with it; gitdrop" in out, out
     assert [r["room"] for r in gd.js("room", "list")["rooms"]] == ["lobby"]
     everything = {r["room"]: r for r in gd.js("room", "list", "--all")["rooms"]}
     assert everything["old"]["status"] == "archived"

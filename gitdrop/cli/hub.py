@@ -251,8 +251,11 @@ def room_archive(s: Scope, name: RoomArg = None):
     """Archive a room: its branch leaves the active rooms, its history stays (a lead)."""
     room = name or s.room_name
     r = s.hub.archive_room(room, _operator(s))
-    s.emit(r, f"room {room} archived (tip {short_id(r['tip'])}); gitdrop room restore {room} "
-              "brings it back")
+    n = r.get("open_tasks", 0)
+    s.emit(r, f"room {room} archived (tip {short_id(r['tip'])})"
+              + (f"; {n} task{'s' if n != 1 else ''} not done go{'es' if n == 1 else ''} "
+                 "with it" if n else "")
+              + f"; gitdrop room restore {room} brings it back")
 
 
 @command(room_app, "restore")
