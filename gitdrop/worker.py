@@ -272,11 +272,10 @@ class Worker:
     def _signed_since(self) -> None:
         """A task kept for its sign-offs is looked at again as soon as they change
         (a lead signed); one no longer ours is forgotten."""
+        view = self.room.view() if self._signing else None
         for tid, seen in list(self._signing.items()):
-            try:
-                t = self.room.task(tid)
-            except GitdropError:
-                t = None
+            doc = view.task(tid)   # its file alone: a task's dependencies are not asked
+            t = doc[0] if doc else None
             if t is None or t["state"] != "assigned" or t["assignee"] != self.agent:
                 del self._signing[tid]
             elif t["signoffs"] != seen:
