@@ -5,6 +5,7 @@ called, accepted and refused; tokens and identity are enforced."""
 
 import contextlib
 import json
+import os
 
 import anyio
 import pytest
@@ -316,3 +317,52 @@ async def test_check_inbox_answers_are_capped_by_size(hub, mode):
                 left, answers = remaining, answers + 1
             assert got == sent and answers > 2
             assert (await kai.ok("check_inbox")) == {"messages": [], "remaining": 0}
+
+
+_KILLED_AS_THE_ANSWER_COMES = r'''
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import anyio
+import mcp.client.stdio as st
+from mcp import Client
+from mcp_helpers import stdio_params
+
+armed = [False]
+parse = st._parse_line
+
+def killed(line):   # the answer reached the transport: die before anyone reads it
+    if armed[0] and '"result"' in line:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return parse(line)
+
+st._parse_line = killed
+
+async def main():
+    async with Client(stdio_params(sys.argv[2], "core/spartan", "agent")) as c:
+        armed[0] = True
+        await c.call_tool("check_inbox", {})
+
+anyio.run(main)
+'''
+
+
+async def test_a_check_inbox_whose_client_died_before_its_answer_is_shown_again(hub):
+    """The read is marked as it is answered; a client killed as the answer came (or a
+    dropped connection) left the messages read and unseen, and nothing on the agent
+    profile showed them again."""
+    import subprocess
+    import sys
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/spartan", ["coder"])
+    for text in ("the build is red", "fix it first"):
+        lobby.send("core/juno", "core/spartan", text)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-c", _KILLED_AS_THE_ANSWER_COMES, tests, hub.path],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr[-2000:]
+    assert lobby.inbox("core/spartan", peek=True)["unread"] == 0   # the server marked them
+    async with stdio_agent(hub.path, "core/spartan", "auto", tools="agent") as spartan:
+        assert (await spartan.ok("check_inbox"))["messages"] == []
+        again = await spartan.ok("check_inbox", again=True)
+        assert [m["text"] for m in again["messages"]] == ["the build is red", "fix it first"]
