@@ -15,9 +15,11 @@
   hand in nor give back, is passed over for a while, longer each time: it would
   otherwise come straight back, round after round; such a round is not work for
   `idle`, and a task whose result was lost is given back, not run again. A
-  cross-team task waiting for its leads' sign-offs is kept (they sign an assigned
-  task, and are told of it) and passed over the same way, looked at again as soon
-  as a lead signs;
+  cross-team task that a lead or its creator assigned to the agent, waiting for its
+  leads' sign-offs, is kept (they sign an assigned task, and are told of it), its
+  lease renewed, passed over the same way and looked at again as soon as a lead
+  signs; one that crosses teams only because this worker claimed it is given back,
+  and claimed again only once assigned to the agent;
 - the notes it writes are cut to fit the room's max_file and max_message, saying so,
   with their control characters (a colour, a backspace) written as escapes;
 - a task it has in progress when it starts (an earlier run of it died mid-task) is
@@ -154,7 +156,7 @@ class Worker:
         last task it failed may be taken again. `on_event(dict)`: told of
         every step (claimed, started, done, failed, released, lost: the task was moved
         by someone else meanwhile, held: it could neither hand in nor give back the
-        task, reaped, error: a round lost to a busy room or a refusal, idle, stopped,
+        task, or keeps a task assigned to it that waits for sign-offs, reaped, error: a round lost to a busy room or a refusal, idle, stopped,
         busy: a task in progress another worker of the agent is on, left to it).
         `ledger`: what the agent's workers on this machine are on (see Alone)."""
         from .opener import open_hub
@@ -173,10 +175,14 @@ class Worker:
         self._in_handler = False
         self._ready_once = False
         self._held = {}   # task id -> (monotonic end, times): passed over until then
-        self._signing = {}   # task id kept for its sign-offs -> the sign-offs it had
-        # When the last task this worker failed may be taken again: --idle waits for
-        # it (a worker that gave a killed run's task back stopped before running it)
-        self._retry_ready = 0.0
+        # Cross-team tasks without their sign-offs: assigned to the agent by a lead or
+        # their creator, kept (id -> [the sign-offs it had, when it renewed them]);
+        # claimed by this worker, given back and not claimed again unless assigned to it.
+        self._signing: dict = {}
+        self._crossed: set = set()
+        # Tasks it failed, backing off -> when they may be taken again: --idle waits for
+        # them (a worker that gave a killed run's task back stopped before running it).
+        self._retrying: dict = {}
         self.ledger = ledger or Alone((self.room.store.path, room, agent))
         self._left_seen = False
         self._suspects: dict = {}   # task -> (lease_until seen, when to give it back)
@@ -258,30 +264,55 @@ class Worker:
             now = time.monotonic()
             got = self.room.claim_next(self.agent, tag=",".join(self.tags), skip=[
                 *(t for t, (end, _n) in self._held.items() if end > now), *others,
-                *self._suspects, *self._elsewhere])
+                *self._suspects, *self._elsewhere, *self._crossed])
             tid = got["task"]
             if not tid:
                 return None
             self.ledger.hold(tid)
+            self._retrying.pop(tid, None)
         try:
-            return self._see_through(tid)
+            return self._see_through(tid, got.get("claimed", False))
         finally:
             self.current = ""
             self.ledger.hold("")
 
     def _signed_since(self) -> None:
         """A task kept for its sign-offs is looked at again as soon as they change
-        (a lead signed); one no longer ours is forgotten."""
-        view = self.room.view() if self._signing else None
-        for tid, seen in list(self._signing.items()):
-            doc = view.task(tid)   # its file alone: a task's dependencies are not asked
-            t = doc[0] if doc else None
+        (a lead signed), and its lease renewed while it waits (else its own worker
+        reaped it, a retry counted and the sign-offs gone); one no longer ours is
+        forgotten. A task given back for want of them is claimed again only once
+        assigned to the agent (a lead's choice of who does it across teams)."""
+        if not (self._signing or self._crossed):
+            return
+        view = self.room.view()   # each task's file alone: no dependencies asked
+
+        def header(tid):
+            doc = view.task(tid)
+            return doc[0] if doc else None
+        for tid in list(self._crossed):
+            t = header(tid)
+            if t is None or t["state"] != "pending":
+                self._crossed.discard(tid)   # assigned to it (claimed next), or gone
+                self._held.pop(tid, None)
+        every, now = _renew_every(self.room), time.monotonic()
+        for tid, (seen, renewed) in list(self._signing.items()):
+            t = header(tid)
             if t is None or t["state"] != "assigned" or t["assignee"] != self.agent:
                 del self._signing[tid]
-            elif t["signoffs"] != seen:
+                continue
+            if t["signoffs"] != seen:
                 self._held.pop(tid, None)
+            if now - renewed >= every:
+                self._renew_kept(tid, seen)
 
-    def _see_through(self, tid: str) -> dict:
+    def _renew_kept(self, tid: str, seen) -> None:
+        try:
+            self.room.move_task(self.agent, tid, "renew")
+        except GitdropError:
+            pass   # moved meanwhile: the next round sees it
+        self._signing[tid] = [seen, time.monotonic()]
+
+    def _see_through(self, tid: str, claimed: bool = False) -> dict:
         task = self.room.task(tid)
         if tid in self._held and task["state"] == "in_progress":
             # its result was lost: give it back as a failed attempt, do not run it again
@@ -293,15 +324,23 @@ class Worker:
             try:
                 self.room.move_task(self.agent, tid, "start")
             except Refusal as e:
-                if e.rule == "dual-sign":
-                    # Kept: the leads sign an assigned task (given back, it could not
-                    # be signed, and the sign-offs went with it); tried again once
-                    # they change, or when its pass-over ends.
-                    self._signing[tid] = task["signoffs"]
+                if e.rule == "dual-sign" and not claimed:
+                    # Assigned to it: kept, for the leads sign an assigned task (given
+                    # back, it could not be signed, and the sign-offs went with it).
+                    if tid not in self._signing:
+                        self._renew_kept(tid, task["signoffs"])
+                    self._signing[tid][0] = task["signoffs"]
                     return self._emit("held", task, reason=e.reason, rule=e.rule,
                                       retry_in=self._hold(tid))
-                # waits for a handshake at GO: given back, for whoever may start it
-                self._give_back(tid, f"cannot start yet: {e.reason}")
+                why = f"cannot start yet: {e.reason}"
+                if e.rule == "dual-sign":
+                    # Its own claim made the need (an assignee of another team): given
+                    # back, for an agent of the task's team to start it at once.
+                    self._crossed.add(tid)
+                    why += (f"; for {self.agent} to do it, a lead assigns it to it "
+                            f"(gitdrop task assign {tid} {self.agent}) and they sign it")
+                # (or it waits for a handshake at GO: given back, for whoever may start it)
+                self._give_back(tid, why)
                 return self._emit("released", task, reason=e.reason, rule=e.rule,
                                   retry_in=self._hold(tid))
             self._held.pop(tid, None)
@@ -355,7 +394,7 @@ class Worker:
                 wait = math.ceil(min(self.backoff * (2 ** fresh["retries"]), MAX_BACKOFF, most))
                 self.room.move_task(self.agent, tid, "release", note=error, failed=True,
                                     retry_in=wait)
-                self._retry_ready = max(self._retry_ready, time.monotonic() + wait)
+                self._retrying[tid] = time.monotonic() + wait
                 return self._emit("failed", task, error=error[-500:], retry_in=wait,
                                   retries=fresh["retries"] + 1)
             self.room.move_task(self.agent, tid, "fail", note=error)
@@ -443,7 +482,7 @@ class Worker:
                     continue
                 if pause is None and self._reap():   # our own commits wake nobody: look again
                     continue
-                since = max(idle_since, self._retry_ready)
+                since = max(idle_since, self._retry_wait())
                 if self.idle is not None and time.monotonic() - since >= self.idle:
                     self._emit("idle", {}, seconds=self.idle)
                     break
@@ -466,6 +505,18 @@ class Worker:
             if self._in_handler:     # interrupt the handler: its task is released
                 raise Stop()
         return catch_stop_signals(self.stop, interrupt)
+
+    def _retry_wait(self) -> float:
+        """When the last task this worker failed, still backing off, may be taken
+        again (monotonic), or 0: one done, taken or cancelled meanwhile is not waited
+        for."""
+        if self._retrying:
+            view = self.room.view()
+            for tid in list(self._retrying):
+                doc = view.task(tid)
+                if doc is None or doc[0]["state"] != "pending" or doc[0]["assignee"]:
+                    del self._retrying[tid]
+        return max(self._retrying.values(), default=0.0)
 
     def _reap(self) -> int:
         """Reap the room's expired leases; how many were reaped."""

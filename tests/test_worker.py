@@ -540,9 +540,10 @@ def _events(out):
 def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_path):
     """A cross-team task without its sign-offs, and one bound to a handshake not at
     GO, may be claimed but not started: the worker gave them back and took them again
-    at once, in a loop of hundreds of commits a second that --idle never ended. The
-    one waiting for sign-offs is kept (its leads sign an assigned task), the other
-    given back."""
+    at once, in a loop of hundreds of commits a second that --idle never ended. It
+    gives them back once: the cross-team one needs sign-offs only because its claim
+    made it another team's (an agent of the task's team starts it at once), and is
+    claimed again only once a lead assigns it to this agent (the note says so)."""
     hub, room = _hub(tmp_path)
     room.register("other/mallory", ["coder"])
     honest = room.create_task(LEAD, "honest", review=False, tags=["t"])["id"]
@@ -558,17 +559,94 @@ def test_gitdrop_work_passes_over_a_task_it_cannot_start_and_does_the_rest(tmp_p
     assert p.returncode == 0, e
     evs = _events(o)
     assert [(x["event"], x["task"]) for x in evs] == [
-        ("claimed", bait), ("held", bait), ("claimed", bound), ("released", bound),
+        ("claimed", bait), ("released", bait), ("claimed", bound), ("released", bound),
         ("claimed", honest), ("started", honest), ("done", honest), ("idle", ""),
         ("stopped", "")], evs
     assert evs[1]["rule"] == "dual-sign" and evs[1]["retry_in"] == 10
-    assert "needs sign-off from core/juno" in evs[1]["reason"]
     assert evs[3]["rule"] == "handshake-go" and evs[3]["retry_in"] == 10
-    assert _moves(hub, bait) == [("task-create", "other/mallory"), ("task-claim", W)]
+    assert _moves(hub, bait) == [("task-create", "other/mallory"), ("task-claim", W),
+                                 ("task-release", W)]
     assert _moves(hub, bound)[-2:] == [("task-claim", W), ("task-release", W)]
     assert [room.task(t)["state"] for t in (bait, bound, honest)] == \
-        ["assigned", "pending", "completed"]
-    assert room.task(bait)["assignee"] == W
+        ["pending", "pending", "completed"]
+    note = room.task(bait)["note"]
+    assert "needs sign-off from core/juno" in note and \
+        f"a lead assigns it to it (gitdrop task assign {bait} {W})" in note, note
+
+
+def _web(room):
+    room.register("web/ana", ["lead"])   # web's first lead: the team is made
+    room.register("web/w2", ["coder"])
+
+
+def _read_until(p, event, seen, timeout=30):
+    """Read `gitdrop work --json`'s lines into `seen` until one is `event`."""
+    import select
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if select.select([p.stdout], [], [], 0.2)[0]:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen.append(json.loads(line))
+            if seen[-1]["event"] == event:
+                return seen[-1]
+    raise AssertionError(f"no {event} event: {seen}")
+
+
+def test_gitdrop_work_runs_a_cross_team_task_a_lead_assigned_it_once_signed(tmp_path):
+    """No worker ran a cross-team task: given back when the start was refused for
+    want of sign-offs, it was pending, which no lead may sign, and giving it back
+    cleared what was signed. A task a lead assigns to the worker's agent is kept now,
+    its leads told, and started as soon as the last one signs."""
+    hub, room = _hub(tmp_path)
+    _web(room)
+    t = room.create_task(LEAD, "across", review=False)["id"]
+    p = _work(hub, "web/w2", "--idle", "20", "--backoff", "30", "--", "sh", "-c", "echo did")
+    try:
+        _until(lambda: "a lead assigns it to it" in room.task(t)["note"], 30,
+               "the worker to give it back, saying how to have it done")
+        assert room.task(t)["state"] == "pending"
+        room.move_task(LEAD, t, "assign", assignee="web/w2")
+        got = room.inbox("web/ana", peek=True)["messages"]   # told it must sign
+        assert any(e["task"] == t and e["via"] == "notice" for e in got), got
+        seen = []
+        _read_until(p, "held", seen)   # the worker keeps it
+        assert room.task(t)["state"] == "assigned"
+        room.move_task(LEAD, t, "sign")
+        room.move_task("web/ana", t, "sign")
+        # passed over for 30 s, but a sign-off is looked at as it lands
+        _read_until(p, "done", seen, 15)
+        assert room.task(t)["state"] == "completed"
+    finally:
+        _kill(p)
+    evs = [(x["event"], x["task"]) for x in seen]
+    assert evs == [("claimed", t), ("released", t), ("claimed", t), ("held", t),
+                   ("claimed", t), ("started", t), ("done", t)], evs
+    assert [m for m in _moves(hub, t) if m[0] == "task-claim"] == [("task-claim", "web/w2")]
+
+
+def test_a_kept_task_s_lease_is_renewed_so_its_own_worker_never_reaps_it(tmp_path):
+    """Nothing renewed a task kept for its sign-offs: once its lease ran out the
+    worker reaped it itself, counting a retry and clearing what was signed, and past
+    max_retries the task failed without ever having run."""
+    hub, room = _hub(tmp_path)
+    _web(room)
+    hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 3})
+    t = room.create_task(LEAD, "across", review=False, assignee="web/w2")["id"]
+    room.move_task("web/ana", t, "sign")
+    p = _work(hub, "web/w2", "--idle", "30", "--backoff", "1", "--", "sh", "-c", "echo did")
+    try:
+        _read_until(p, "held", [])   # the worker keeps it, looking again 1, 2, 4 s later
+        time.sleep(7)   # over two leases
+        got = room.task(t)
+        assert (got["state"], got["assignee"], got["retries"], got["signoffs"]) == \
+            ("assigned", "web/w2", 0, ["web/ana"]), got
+        assert "task-reap" not in [m[0] for m in _moves(hub, t)]
+        room.move_task(LEAD, t, "sign")
+        _until(lambda: room.task(t)["state"] == "completed", 15, "the task to run")
+    finally:
+        _kill(p)
 
 
 def test_gitdrop_work_with_idle_waits_for_the_retry_of_a_task_it_failed(tmp_path):
@@ -591,33 +669,19 @@ def test_gitdrop_work_with_idle_waits_for_the_retry_of_a_task_it_failed(tmp_path
     assert room.task(t)["state"] == "completed"
 
 
-def test_gitdrop_work_runs_a_cross_team_task_once_its_leads_have_signed(tmp_path):
-    """A worker gave a cross-team task without its sign-offs back: a pending task
-    cannot be signed, and giving it back cleared what was signed, so no worker ever
-    ran one nobody had assigned. It keeps it now; the leads who must sign are told,
-    and the worker starts it as soon as the last one signs."""
+def test_gitdrop_work_with_idle_does_not_wait_for_a_retry_someone_cancelled(tmp_path):
+    """It waited out the whole backoff (up to an hour) of a task it had failed, though
+    the task was cancelled meanwhile."""
     hub, room = _hub(tmp_path)
-    room.register("web/ana", ["lead"])   # web's first lead: the team is made
-    room.register("web/w2", ["coder"])
-    t = room.create_task(LEAD, "across", review=False)["id"]
-    p = _work(hub, "web/w2", "--idle", "20", "--backoff", "30", "--", "sh", "-c", "echo did")
+    t = room.create_task(LEAD, "doomed", review=False, max_retries=3)["id"]
+    p = _work(hub, W, "--idle", "0.5", "--backoff", "120", "--", "sh", "-c", "exit 1")
     try:
-        _until(lambda: room.task(t)["assignee"] == "web/w2", 30, "the worker to claim it")
-        for lead in (LEAD, "web/ana"):   # each is told it must sign
-            got = room.inbox(lead, peek=True)["messages"]
-            assert any(e["task"] == t and e["via"] == "notice" for e in got), (lead, got)
-        time.sleep(0.5)
-        assert room.task(t)["state"] == "assigned"   # kept, not given back
-        room.move_task(LEAD, t, "sign")
-        room.move_task("web/ana", t, "sign")
-        # passed over for 30 s, but a sign-off is looked at as it lands
-        _until(lambda: room.task(t)["state"] == "completed", 15, "the task to run")
+        _until(lambda: room.task(t)["retries"] == 1, 30, "the attempt to fail")
+        room.move_task(LEAD, t, "cancel")
+        p.wait(timeout=15)
     finally:
         _kill(p)
-    o, _ = p.communicate(timeout=10)
-    evs = [(x["event"], x["task"]) for x in _events(o)]
-    assert evs[:2] == [("claimed", t), ("held", t)] and ("done", t) in evs, evs
-    assert [m for m in _moves(hub, t) if m[0] == "task-release"] == []
+    assert p.returncode == 0
 
 
 def test_a_task_no_claim_fits_is_passed_over_by_ready_claim_and_gitdrop_work(tmp_path):
