@@ -582,7 +582,8 @@ class Room:
         # nothing concerns never moves its cursor, and would walk back to it on
         # every call. Only the walk from the tip down to T is new work.
         memo = getattr(reader, "walks", None)
-        key = ("inbox", agent, cursor, lead) + caps
+        # ("inbox2": walks memoized before a claim across teams told its leads are not reused)
+        key = ("inbox2", agent, cursor, lead) + caps
         got = memo.get(key) if memo is not None else None
         found = []  # "oid:how", newest first
         for c in first_parent_walk(reader, view.commit):
@@ -625,11 +626,7 @@ class Room:
         if again:
             return self._read_again(view, agent, me["cursor"], limit, fits)
         evs = self._events_since(view, me["cursor"], agent, moving=not peek)
-        shown = evs[:limit] if limit else evs
-        for e in shown:   # a person's word, not another program's (register --human)
-            sender = view.agent(e["from"]) if e["op"] == "send" else None
-            if sender is not None and sender["human"]:
-                e["person"] = True
+        shown = self._people(view, evs[:limit] if limit else evs)
         if fits is not None and shown:
             shown = shown[:max(1, fits(shown))]
         remaining = len(evs) - len(shown)
@@ -643,6 +640,16 @@ class Room:
         n = sum(1 for e in shown if e["op"] == "send")
         result["commit"] = self._mark_read(agent, new_cursor, n, len(shown) - n).get("commit", "")
         return result
+
+    @staticmethod
+    def _people(view, evs: list) -> list:
+        """`evs`, a message from a person marked so (register --human): a person's
+        word, not another program's."""
+        for e in evs:
+            sender = view.agent(e["from"]) if e["op"] == "send" else None
+            if sender is not None and sender["human"]:
+                e["person"] = True
+        return evs
 
     def _read_again(self, view, agent: str, cursor: str, limit: int, fits) -> dict:
         """The events between the cursor the agent's last read moved and where it
@@ -660,7 +667,7 @@ class Room:
             return out
         before = self.view(c.parent).agent(agent) if c.parent else None
         evs = self._events_since(self.view(cursor), before["cursor"] if before else "", agent)
-        shown = evs[:limit] if limit else evs
+        shown = self._people(view, evs[:limit] if limit else evs)
         if fits is not None and shown:
             shown = shown[:max(1, fits(shown))]
         return dict(out, messages=shown, remaining=len(evs) - len(shown), read_at=c.time)

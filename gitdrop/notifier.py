@@ -574,12 +574,12 @@ class Notifier:
 
     # --- remote hubs ---------------------------------------------------------
     def _ls_remote(self, rooms) -> dict[str, str]:
-        from .transports.remote import Unreachable, remote_timeout, run_git
+        from .transports.remote import Unreachable, _reach_fix, remote_timeout, run_git
         refs = [self.store.room_ref(r) for r in rooms]
         p = run_git(("ls-remote", self.hub, *refs), _git_env(), remote_timeout(), self.hub)
         if p.returncode != 0:
             raise Unreachable(f"cannot reach the hub {self.shown}: {p.stderr.strip()[-300:]}",
-                              "check the URL, your credentials and that the hub exists")
+                              _reach_fix(p.stderr, self.hub))
         tips = {}
         for line in p.stdout.splitlines():
             oid, _, ref = line.partition("\t")

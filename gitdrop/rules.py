@@ -989,12 +989,17 @@ def _check_task_move(before, c, changes, ctx, op):
             _refuse("task-state-machine", c, f"task {tid} was already claimed by "
                     f"{old['assignee']} (it is {old['state']})",
                     "pick another task (gitdrop task list --state pending)")
-        moves = machine.legal_moves(old["state"], old, task_roles(before, old, c.author))
-        if _to == old["state"]:   # where the move leads: often a call made again, its answer lost
+        roles = task_roles(before, old, c.author)
+        moves = machine.legal_moves(old["state"], old, roles)
+        if _to == old["state"] and set(who) & set(roles) and \
+                ("assignee" not in who or old["assignee"] == c.author):
+            # where the move leads, made by one who may: often a call made again, its
+            # answer lost
             mine = ", and yours" if old["assignee"] == c.author else ""
+            article = "an" if move[0] in "aeiou" else "a"
             _refuse("task-state-machine", c, f"task {tid} is {old['state']} already{mine} "
-                    f"({move} needs {' or '.join(frm)}): a {move} asked for before may have "
-                    "landed, its answer lost", f"nothing to do if so; else {moves}")
+                    f"({move} needs {' or '.join(frm)}): {article} {move} asked for before "
+                    "may have landed, its answer lost", f"nothing to do if so; else {moves}")
         _refuse("task-state-machine", c, f"task {tid} is {old['state']}; {move} needs "
                 f"{' or '.join(frm)}", moves)
     want = machine.target(move, old)

@@ -158,6 +158,12 @@ def test_the_last_read_is_shown_again_for_an_answer_that_never_arrived(gd, team)
     team.send("core/juno", "core/ada", "later")
     out = gd.ok("--as", "ada", "inbox", "--again").out
     assert "3 read by core/ada" in out and "(1 unread since)" in out and "note 2" in out
+    team.register("core/pat", human=True)
+    team.send("core/pat", "core/ada", "from a person")
+    first = team.inbox("core/ada")["messages"]
+    assert [m.get("person") for m in first] == [None, True]
+    assert [m.get("person") for m in team.inbox("core/ada", again=True)["messages"]] == \
+        [None, True]
 
 
 def test_names_resolve_or_are_refused(gd, lobby):

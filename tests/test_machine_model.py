@@ -248,3 +248,8 @@ def test_a_move_made_again_says_it_may_have_landed_already(team):
     with pytest.raises(Refusal) as e:   # not where the move leads: said as before
         team.move_task("core/spartan", other, "submit")
     assert e.value.reason == f"task {other} is pending; submit needs in_progress"
+    team.move_task("core/spartan", other, "claim")
+    team.move_task("core/spartan", other, "start")
+    with pytest.raises(Refusal) as e:   # nobody's but its assignee's to have started
+        team.move_task("core/kai", other, "start")
+    assert e.value.reason == f"task {other} is in_progress; start needs assigned"

@@ -440,3 +440,18 @@ def test_a_path_lease_never_says_it_holds_longer_than_asked(hub):
     box.room.clock = lambda: next(ticks)   # each reading a second later
     got = box.path_lease(action="take", glob="src/**", ttl_seconds=600)["leases"][0]
     assert 0 < got["left"] < 600, got
+
+
+def test_check_inbox_again_shows_the_whole_last_read_whatever_its_limit(hub):
+    """Shown again with this call's limit (20 by default), a lost read of 30 left its
+    last 10 out of reach: calling again showed the same 20."""
+    lobby = hub.room("lobby")
+    lobby.register("core/juno", ["lead"])
+    lobby.register("core/kai", [])
+    for i in range(30):
+        lobby.send("core/juno", "core/kai", f"note {i}")
+    got = call_tool(hub.path, "core/kai", "check_inbox", {"limit": 30})["structuredContent"]
+    assert len(got["messages"]) == 30 and got["remaining"] == 0
+    again = call_tool(hub.path, "core/kai", "check_inbox", {"again": True})["structuredContent"]
+    assert [m["text"] for m in again["messages"]] == [f"note {i}" for i in range(30)]
+    assert again["remaining"] == 0

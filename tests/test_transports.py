@@ -439,6 +439,12 @@ def test_http_needs_a_login(served, room):
                        text=True, timeout=60, cwd=ROOT)
     assert p.returncode == 7 and "the hub asks for a login: give it in the URL" in \
         json.loads(p.stdout)["fix"], (p.stdout, p.stderr)
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "--hub",
+                        served.url("core/juno", secret="wrong"), "--as", "core/juno",
+                        "--room", room, "inbox", "--json"], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 7 and "the hub turned away the login in the URL" in \
+        json.loads(p.stdout)["fix"], (p.stdout, p.stderr)
 
 
 def test_a_room_cannot_be_forged_through_any_door(served, team, tmp_path):

@@ -118,12 +118,13 @@ CLI_TOOLS = [
     ("gitdrop lease take GLOB --ttl ...", "path_lease(action='take', ttl_seconds=...)"),
     ("gitdrop lease list", "path_lease(action='list')"),
     ("(or --shared)", "(or shared=true)"),
-    ("gitdrop room restore {id}", "restore_room(room_name='{id}')"),
-    ("; its history reads with gitdrop room show {id}", ""),   # no tool reads an archive
-    ("read it with gitdrop room show {id}; ", ""),
+    ("gitdrop room restore {room}", "restore_room(room_name='{room}')"),
+    ("; its history reads with gitdrop room show {room}", ""),   # no tool reads an archive
+    ("read it with gitdrop room show {room}; ", ""),
 ]
-_CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"([\w.-]+)")),
-               tool.replace("{id}", r"\1")) for cli, tool in CLI_TOOLS]
+_CLI_TOOLS = [(re.compile(re.escape(cli).replace(re.escape("{id}"), r"(\w+)")
+                          .replace(re.escape("{room}"), r"([\w.-]*\w)")),
+               tool.replace("{id}", r"\1").replace("{room}", r"\1")) for cli, tool in CLI_TOOLS]
 # A closed room's refusal of an agent its team's lead has not named (rules._check_register).
 _TEAM_ADD = (re.compile(r"gitdrop team add ([\w.-]+) ([\w.-]+) --as ([\w.-]+/[\w.-]+)"),
              r"register_team(team_name='\1', leader='\3', members='\2'), called by \3 (over "
@@ -715,7 +716,9 @@ class ToolBox:
         limit: at most 100
         again: your last read again (its answer lost)
         """
-        limit = max(1, min(int(limit or 20), MAX_INBOX))
+        # again: the whole last read (at most MAX_INBOX, cut by size as it was), not the
+        # limit of this call: a smaller one left the rest of a lost read out of reach
+        limit = MAX_INBOX if again else max(1, min(int(limit or 20), MAX_INBOX))
         r = self.room.inbox(self.me(agent_name), limit, fits=_fitting, again=bool(again))
         return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
 

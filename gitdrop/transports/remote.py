@@ -353,7 +353,7 @@ class RemoteStore(Store):
                       self.url, *refspecs, *(keep if refspecs == REFSPECS else ()))
         if p.returncode != 0:
             raise Unreachable(f"cannot fetch from {public_url(self.url)}: "
-                              f"{_last_lines(p.stderr)}", _reach_fix(p.stderr)
+                              f"{_last_lines(p.stderr)}", _reach_fix(p.stderr, self.url)
                               + _OFFLINE_HINT * (not self.offline))
         self._fetched = time.monotonic()
         for room in _moved_back(p.stderr):
@@ -428,7 +428,7 @@ class RemoteStore(Store):
             raise self._refusal(err)
         self._fetched = -math.inf   # it may have landed: the next read (a retry's) fetches
         raise Unreachable(f"cannot push to {public_url(self.url)}: {_last_lines(err)}",
-                          _reach_fix(err) + _OFFLINE_HINT)
+                          _reach_fix(err, self.url) + _OFFLINE_HINT)
 
     def _landed_after_all(self, ref: str, new: str) -> bool:
         """After a push that got no answer: fetch, and True if `new` is on the hub's
@@ -1131,10 +1131,14 @@ def _moved_back(stderr: str) -> list[str]:
     return out
 
 
-def _reach_fix(stderr: str) -> str:
+def _reach_fix(stderr: str, url: str = "") -> str:
     """What to do when git could not reach the hub: a login the URL lacks is said
-    as such (a command gitdrop printed has the URL without its password)."""
+    as such (a command gitdrop printed has the URL without its password), and one
+    the hub turned away too."""
     if re.search(r"could not read (Username|Password)|Authentication failed", stderr):
+        if public_url(url) != url:
+            return ("the hub turned away the login in the URL: check its name and token "
+                    "(a token revoked or rotated? gitdrop token, on the hub's machine)")
         return ("the hub asks for a login: give it in the URL (scheme://team%2Fname:TOKEN@"
                 "host/...) or in GITDROP_HUB; gitdrop leaves the password out of the "
                 "commands it prints")
