@@ -582,8 +582,7 @@ class Room:
         # nothing concerns never moves its cursor, and would walk back to it on
         # every call. Only the walk from the tip down to T is new work.
         memo = getattr(reader, "walks", None)
-        # ("inbox2": walks memoized before a claim across teams told its leads are not reused)
-        key = ("inbox2", agent, cursor, lead) + caps
+        key = ("inbox", agent, cursor, lead) + caps
         got = memo.get(key) if memo is not None else None
         found = []  # "oid:how", newest first
         for c in first_parent_walk(reader, view.commit):
