@@ -11,6 +11,7 @@ import pygit2
 from . import durable, files, fmt, hubrules, layout, machine, model, rules, taskindex, tokens, \
     wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
+from .hookfiles import HOOKS, hooks_source, install_hooks, refresh_hooks  # noqa: F401
 from .errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
@@ -33,7 +34,6 @@ GIT_SETTINGS = {
 # push of garbage could fill the disk every write of the hub needs). 1 GiB is past
 # any push the rules accept at the default limits (10,000 commits, 64 KB files).
 GIT_DEFAULTS = {"receive.maxInputSize": "1g"}
-HOOKS = ("pre-receive",)
 REAPER = "hub/reaper"
 OPERATOR = "hub/admin"   # the hub's operator (any hub/* identity speaks as it)
 MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to, the tip
@@ -42,29 +42,6 @@ DAY = 86400
 
 class _NotDue(Exception):
     """A room the reaper listed as due is due no more (checked under its lock)."""
-
-
-def hooks_source() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    candidates = [os.path.join(here, "hooks"), os.path.join(os.path.dirname(__file__), "_hooks")]
-    for c in candidates:
-        if os.path.exists(os.path.join(c, "pre-receive")):
-            return c
-    raise NotFound("gitdrop's hook files are missing from this install", "reinstall gitdrop")
-
-
-def install_hooks(git_dir: str) -> None:
-    """Write the hooks with this interpreter and this gitdrop baked in."""
-    src = hooks_source()
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.makedirs(os.path.join(git_dir, "hooks"), exist_ok=True)
-    for name in HOOKS:
-        with open(os.path.join(src, name)) as f:
-            text = f.read()
-        text = text.replace("@PYTHON@", sys.executable)
-        text = text.replace("@GITDROP_PATH@", pkg_parent)
-        files.write_whole(os.path.join(git_dir, "hooks", name), text.encode(), 0o755,
-                          exact=True)
 
 
 def init(path: str = "", room: str = "lobby", creator: str = OPERATOR,
@@ -149,6 +126,8 @@ class Hub:
             raise no_hub(self.path)
         self.store = Store(self.path)
         self.clock = clock or (lambda: int(time.time()))
+        # A hook whose gitdrop is gone (uninstalled, a venv made anew) refused every push
+        refresh_hooks(self.path)
         if os.path.exists(os.path.join(self.path, MOVE_JOURNAL)):   # a move killed midway
             try:
                 with self._moving():

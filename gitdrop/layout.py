@@ -61,6 +61,11 @@ def upgrade(store, rooms=None, now: int | None = None) -> dict[str, str]:
             oid = move_room(store, room, now)
             if oid:
                 out[room] = oid
+    if out:
+        # A hook an older install left in place (gitdrop installed anew elsewhere) cannot
+        # read the layout just written: it refused every push to the room.
+        from .hookfiles import refresh_hooks
+        refresh_hooks(store.path, also_other=True)
     return out
 
 

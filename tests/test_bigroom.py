@@ -417,3 +417,52 @@ def test_a_client_through_a_url_never_moves_a_room_itself(tmp_path, monkeypatch)
     client = RemoteHub("file://" + path, cache=str(tmp_path / "cache"), fresh=0.0)
     client.room("old").inbox("core/kai", peek=True)
     assert moves(path) == []
+
+
+def _hook(path) -> str:
+    with open(os.path.join(path, "hooks", "pre-receive")) as f:
+        return f.read()
+
+
+def _hook_of_another_install(path, where: str) -> str:
+    """The hub's hook as an install at `where` wrote it (gitdrop installed anew
+    elsewhere since); returns this install's."""
+    mine = _hook(path)
+    line = next(ln for ln in mine.splitlines() if ln.startswith("sys.path.insert"))
+    with open(os.path.join(path, "hooks", "pre-receive"), "w") as f:
+        f.write(mine.replace(line, f'sys.path.insert(0, "{where}")'))
+    return mine
+
+
+def test_an_old_install_s_hook_is_replaced_when_a_room_moves_to_a_layout_it_cannot_read(
+        tmp_path, monkeypatch):
+    """An upgrade into a new place left the old install's hook in the hub: once the new
+    gitdrop moved a room to layout 2, the old hook refused every push to it ("unknown
+    field 'layout'"), and gitdrop repair said the hub was healthy."""
+    path, kept = old_hub(str(tmp_path / "hub.git"), monkeypatch)
+    other = tmp_path / "old-install"
+    other.mkdir()
+    mine = _hook_of_another_install(path, str(other))
+    env = dict(os.environ, GITDROP_HUB=path, GITDROP_ROOM="old", GITDROP_AGENT="core/kai")
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "repair", "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert json.loads(p.stdout)["hooks_elsewhere"] == ["pre-receive"], p.stdout
+    assert _hook(path) != mine   # repair without --apply changes nothing
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "task", "show", kept["t1"]], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and len(moves(path)) == 1, p.stderr
+    assert _hook(path) == mine
+    _hook_of_another_install(path, str(other))
+    p = subprocess.run([sys.executable, "-m", "gitdrop", "repair", "--apply", "--json"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    got = json.loads(p.stdout)
+    assert (got["hooks_replaced"], got["hooks_elsewhere"]) == (["pre-receive"], []), got
+    assert _hook(path) == mine
+
+
+def test_a_hook_whose_gitdrop_is_gone_is_put_back_when_the_hub_is_opened(tmp_path):
+    """A hook whose install was removed (a venv made anew) refused every push."""
+    hub = hubmod.init(str(tmp_path / "hub.git"))
+    mine = _hook_of_another_install(hub.path, str(tmp_path / "removed"))
+    hubmod.Hub(hub.path)
+    assert _hook(hub.path) == mine

@@ -379,6 +379,11 @@ def repair(s: Scope,
             continue
         put_back(path, entry["ref"], oid)
         report["restored"].append({"ref": entry["ref"], "to": oid})
+    # 5. hooks another gitdrop install wrote (after one installed anew elsewhere): they
+    # run that install's rules, maybe older than what this one writes
+    from ..hookfiles import hooks_elsewhere, refresh_hooks
+    report["hooks_replaced"] = refresh_hooks(path, also_other=True) if apply else []
+    report["hooks_elsewhere"] = sorted(hooks_elsewhere(path))
     healthy = not report["damaged"]
     s.emit(dict(report, ok=healthy, healthy=healthy), lambda: _show(report, hub))
     if not healthy:
@@ -396,6 +401,12 @@ def _show(report: dict, hub: str) -> None:
         print(f"removed {name}: a temporary file its killed writer left")
     for r in report["restored"]:
         print(f"put back {r['ref']} = {r['to']}" if r["to"] else f"removed {r['ref']}")
+    for name in report["hooks_replaced"]:
+        print(f"hook {name}: another gitdrop's, replaced by this one's")
+    for name in report["hooks_elsewhere"]:
+        print(f"hook {name}: another gitdrop install's (it runs that one's rules)")
+        print(f"next: {hub} --apply (or gitdrop init on the hub) puts this one's in place",
+              file=sys.stderr)
     for e in report["damaged"]:
         print(f"damaged: {e['ref']} {e['why']}")
         if e["offer"]:
