@@ -459,12 +459,17 @@ class Log:
 
     def _synced(self) -> int:
         """The durable mark, or 0 (sync again) if it does not check: read while
-        another process rewrote it, or written without its crc (an older gitdrop)."""
+        another process rewrote it, written without its crc, or ahead of the next
+        record's number (a gitdrop that knows no mark, and starts a lap's numbers
+        at 0, replayed the log: the mark left behind said unsynced records were
+        durable, and writes skipped their fdatasync)."""
         raw = os.pread(self.fd, _SYNCED.size, _SYNCED_AT)
         if len(raw) != _SYNCED.size:
             return 0
         value, crc = _SYNCED.unpack(raw)
-        return value if crc == zlib.crc32(raw[:8]) else 0
+        if crc != zlib.crc32(raw[:8]):
+            return 0
+        return value if value <= _HINT.unpack(os.pread(self.fd, _HINT.size, _HINT_AT))[1] else 0
 
     def _write(self, payload: bytes, sync: bool = True) -> tuple[int, int]:
         """Write one record after the last and sync it (the caller holds the lock),
