@@ -11,7 +11,7 @@ import pygit2
 from . import durable, files, fmt, hubrules, layout, machine, model, rules, taskindex, tokens, \
     wal, writequeue
 from .core import Room, by_short_name, count_arg, default_hub
-from .hookfiles import HOOKS, hooks_source, install_hooks, refresh_hooks  # noqa: F401
+from .hookfiles import install_hooks, refresh_hooks
 from .errors import Conflict, Damaged, GitdropError, NotFound, Refusal, UsageError
 from .rules import is_message
 from .store import Store
