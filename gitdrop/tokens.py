@@ -16,6 +16,7 @@ import time
 
 from .errors import Damaged
 from .files import NOFOLLOW, write_whole
+from .model import check_agent_id
 
 PREFIX = "gd_"
 
@@ -78,6 +79,7 @@ def _save(hub_path: str, agents: dict) -> None:
 
 def mint(hub_path: str, agent_id: str) -> str:
     """A new token for `agent_id`; it replaces any earlier one (rotation)."""
+    check_agent_id(agent_id)   # `gitdrop token list` minted one for an agent named "list"
     token = PREFIX + secrets.token_urlsafe(32)
     with _Locked(hub_path):
         agents = _load(path(hub_path))

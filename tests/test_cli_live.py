@@ -70,6 +70,9 @@ def test_token_mints_a_bearer_token_per_agent(gd, team, hub):
     assert plain != doc["token"] and "Authorization: Bearer" in r.err  # rotation
     from gitdrop import tokens
     assert tokens.Verifier(hub.path).agent(plain) == "core/spartan"
+    # no token for what is not an agent's name (`gitdrop token list` made one for "list")
+    assert gd.refused(2, "usage", "token", "list")["fix"].startswith("give the agent as team/name")
+    assert not tokens.has(hub.path, "list")
 
 
 def test_serve_speaks_mcp_over_stdio_as_the_agent_given(gd, team):
