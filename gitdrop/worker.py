@@ -530,8 +530,8 @@ class Worker:
 
     def _next_timer(self) -> float:
         """Seconds until time alone changes what is ready: a backoff ends, a lease in
-        the room expires (to reap it), a task passed over is looked at again. At most
-        300: a long sleep re-checks."""
+        the room expires (to reap it), a task passed over is looked at again, a kept
+        task's lease is due to be renewed. At most 300: a long sleep re-checks."""
         now = self.room.clock()
         soon = now + 300
         for t in self.room.list_tasks(state="pending,assigned,in_progress"):
@@ -540,8 +540,11 @@ class Worker:
             elif t["state"] != "pending" and t["assignee"] != self.agent:
                 soon = min(soon, max(t["lease_until"], now + 1))
         mono = time.monotonic()
+        every = _renew_every(self.room) if self._signing else 0
         held = min([end - mono for end, _n in self._held.values() if end > mono] +
-                   [end - mono for _seen, end in self._suspects.values()], default=300)
+                   [end - mono for _seen, end in self._suspects.values()] +
+                   [renewed + every - mono for _seen, renewed in self._signing.values()],
+                   default=300)
         return max(0.5, min(soon - now + 0.5, held + 0.1))
 
     def _emit(self, what: str, task: dict, **extra) -> dict:

@@ -636,14 +636,16 @@ def test_a_kept_task_s_lease_is_renewed_so_its_own_worker_never_reaps_it(tmp_pat
     hub.room_settings("lobby", by="hub/admin", changes={"task_lease": 3})
     t = room.create_task(LEAD, "across", review=False, assignee="web/w2")["id"]
     room.move_task("web/ana", t, "sign")
-    p = _work(hub, "web/w2", "--idle", "30", "--backoff", "1", "--", "sh", "-c", "echo did")
+    # a pass-over of 60 s: what wakes the worker in time to renew is the renewal's own due
+    p = _work(hub, "web/w2", "--idle", "30", "--backoff", "60", "--", "sh", "-c", "echo did")
     try:
-        _read_until(p, "held", [])   # the worker keeps it, looking again 1, 2, 4 s later
+        _read_until(p, "held", [])   # the worker keeps it
         time.sleep(7)   # over two leases
         got = room.task(t)
         assert (got["state"], got["assignee"], got["retries"], got["signoffs"]) == \
             ("assigned", "web/w2", 0, ["web/ana"]), got
         assert "task-reap" not in [m[0] for m in _moves(hub, t)]
+        assert room.lease(t)["expired"] is False   # nobody else may reap it either
         room.move_task(LEAD, t, "sign")
         _until(lambda: room.task(t)["state"] == "completed", 15, "the task to run")
     finally:
