@@ -580,17 +580,26 @@ def _web(room):
 
 
 def _read_until(p, event, seen, timeout=30):
-    """Read `gitdrop work --json`'s lines into `seen` until one is `event`."""
-    import select
+    """Read `gitdrop work --json`'s lines into `seen` until one is `event`. A thread
+    reads the pipe: select() on it misses lines already in the reader's buffer (two
+    lines that came in one read)."""
+    import queue
+    lines = getattr(p, "lines", None)
+    if lines is None:
+        lines = p.lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put("")],
+                         daemon=True).start()
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if select.select([p.stdout], [], [], 0.2)[0]:
-            line = p.stdout.readline()
-            if not line:
-                break
-            seen.append(json.loads(line))
-            if seen[-1]["event"] == event:
-                return seen[-1]
+        try:
+            line = lines.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            break
+        if not line:
+            break
+        seen.append(json.loads(line))
+        if seen[-1]["event"] == event:
+            return seen[-1]
     raise AssertionError(f"no {event} event: {seen}")
 
 
