@@ -622,8 +622,8 @@ class Room:
         view = self.view()
         agent = self.resolve(agent, view)
         me = view.agent(agent)
-        if again:
-            return self._read_again(view, agent, me["cursor"], limit, fits)
+        if again:   # all the last read marked, whatever this call's limit (it had its own)
+            return self._read_again(view, agent, me["cursor"], 0, fits)
         evs = self._events_since(view, me["cursor"], agent, moving=not peek)
         shown = self._people(view, evs[:limit] if limit else evs)
         if fits is not None and shown:

@@ -35,6 +35,7 @@ GIT_SETTINGS = {
 # any push the rules accept at the default limits (10,000 commits, 64 KB files).
 GIT_DEFAULTS = {"receive.maxInputSize": "1g"}
 REAPER = "hub/reaper"
+PACK_LOOSE = 6700   # loose objects past which a reap packs them (git's own gc.auto)
 OPERATOR = "hub/admin"   # the hub's operator (any hub/* identity speaks as it)
 MOVE_JOURNAL = "gitdrop/move"   # a room's ref move under way: the ref, where to, the tip
 DAY = 86400
@@ -976,8 +977,32 @@ class Hub:
         destroyed = due("archived", expiry_days, "archived_at", destroy,
                         f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
-                "reaped": reaped, "dry_run": dry,
+                "reaped": reaped, "dry_run": dry, "packed": 0 if dry else self.pack(),
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
+
+    def pack(self, most: int = PACK_LOOSE) -> int:
+        """Pack the hub's objects once about `most` are loose (git gc --auto, in the
+        foreground); the loose objects there were, about, or 0 if too few. Every
+        write leaves loose objects and git's own gc is off on a hub (a push would run
+        it): 440,000 of them took 1.8 GB and made verify five times slower. Safe while
+        the hub is live: git packs before it deletes, and prunes only what nothing
+        reaches and is two weeks old."""
+        try:   # as git estimates it: one of the 256 fan-out directories
+            loose = 256 * sum(1 for n in os.listdir(os.path.join(self.path, "objects", "17"))
+                              if len(n) == 38)
+        except OSError:
+            return 0
+        if loose < most:
+            return 0
+        import subprocess
+        p = subprocess.run(["git", "--git-dir", self.path, "-c", f"gc.auto={most}",
+                            "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.stderr.write(f"gitdrop: packing the hub's objects failed "
+                             f"({p.stderr.strip()[-300:]}); the next reap tries again\n")
+            return 0
+        return loose
 
     def reap_tasks(self) -> list[dict]:
         """Reap the tasks whose lease has expired, in every active room, as

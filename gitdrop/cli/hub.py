@@ -380,7 +380,8 @@ def reap(s: Scope, now: Annotated[Optional[int], typer.Option(
     tasks = [f"{t['room']}#{t['id']} ({t['state']})" for t in r["reaped"]]
     s.emit(r, f"reaped tasks: {', '.join(tasks) or 'none'}; "
               f"archived: {', '.join(r['archived']) or 'none'}; "
-              f"destroyed: {', '.join(r['destroyed']) or 'none'}")
+              f"destroyed: {', '.join(r['destroyed']) or 'none'}"
+              + (f"; packed about {r['packed']:,} loose objects" if r["packed"] else ""))
 
 
 @command(app, "verify")
