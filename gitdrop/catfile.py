@@ -12,7 +12,7 @@ import os
 import re
 import zlib
 
-from .view import CommitData, diff_trees
+from .view import CommitData, diff_trees, keep
 
 
 class CatFile:
@@ -124,7 +124,7 @@ class CatFile:
         c.header_problem = problem
         c.committer = fields.get(b"committer", [b""])[0].decode(
             "utf-8", "surrogateescape").partition(" <")[0]
-        self._commits[oid] = c
+        keep(self, oid, c)
         return c
 
     def tree(self, oid: str) -> dict:

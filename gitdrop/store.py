@@ -12,7 +12,7 @@ import pygit2
 from . import durable, model, wal, walkmemo
 from .basestore import EMPTY_TREE, BaseStore, identity  # noqa: F401 (EMPTY_TREE: re-export)
 from .errors import NotFound, Refusal
-from .view import CommitData, changes_between, diff_trees  # noqa: F401 (re-export)
+from .view import CommitData, changes_between, diff_trees, keep  # noqa: F401 (re-export)
 
 ZERO = "0" * 40
 _FSYNC = None
@@ -67,9 +67,7 @@ class Reader:
                            obj.commit_time, obj.raw_message.decode("utf-8", "surrogateescape"))
             c.encoding = obj.message_encoding or ""
             c.committer = obj.committer.raw_name.decode("utf-8", "surrogateescape")
-            if len(self._commits) > 50000:
-                self._commits.clear()
-            self._commits[oid] = c
+            keep(self, oid, c)
         return c
 
     def tree(self, oid: str) -> dict:

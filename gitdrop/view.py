@@ -11,6 +11,23 @@ from . import fmt, model
 from .errors import Damaged, Refusal
 
 
+# What a reader keeps of the commits it read: a count alone let a long-lived process
+# (a server, a worker, the web board) keep 50,000 messages of up to 16 KB each, over
+# 1 GB, growing with every commit it saw.
+KEEP_COMMITS, KEEP_BYTES = 50000, 32 << 20
+
+
+def keep(reader, oid: str, c: "CommitData") -> None:
+    """Remember commit `c` in `reader._commits`, forgetting them all once they hold
+    KEEP_COMMITS or about KEEP_BYTES of messages (a reader's cache of parsed commits)."""
+    kept = getattr(reader, "_kept_bytes", 0) + 200 + len(c.message or "")
+    if len(reader._commits) >= KEEP_COMMITS or kept > KEEP_BYTES:
+        reader._commits.clear()
+        kept = 200 + len(c.message or "")
+    reader._kept_bytes = kept
+    reader._commits[oid] = c
+
+
 class CommitData:
     __slots__ = ("oid", "tree", "parents", "author", "email", "time", "message",
                  "_parsed", "_op", "rcpt", "brief", "encoding", "header_problem", "committer")

@@ -133,3 +133,22 @@ def test_toml_values_written_as_json_writes_them(v):
     """A written string reads back equal in json (and in TOML: test_fuzz_formats.py)."""
     if isinstance(v, str):
         assert json.loads(fmt._dump_value(v)) == v
+
+
+def test_a_reader_keeps_commits_up_to_a_size_not_only_a_count(tmp_path, monkeypatch):
+    """Capped at 50,000 commits alone, a long-lived process that read 16 KB messages
+    kept over 1 GB of them, growing with every commit it saw."""
+    from gitdrop import hub as hubmod, view
+    from gitdrop.view import first_parent_walk
+    monkeypatch.setattr(view, "KEEP_BYTES", 200_000)
+    h = hubmod.init(str(tmp_path / "hub.git"), fsync=False)
+    r = h.room("lobby")
+    r.register("core/juno", ["lead"])
+    r.register("core/kai", [])
+    for i in range(60):
+        r.send("core/juno", "core/kai", f"{i} " + "x" * 15_000)
+    reader = hubmod.Hub(h.path).store.reader   # a fresh process's reader
+    most = 0
+    for c in first_parent_walk(reader, h.store.room_tip("lobby")):
+        most = max(most, sum(len(k.message) for k in reader._commits.values()))
+    assert 0 < most <= 200_000 + 16_000, most
