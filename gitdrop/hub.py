@@ -978,7 +978,66 @@ class Hub:
                         f"archived over {expiry_days} days")
         return {"archived": archived, "destroyed": destroyed, "spared": spared, "now": now,
                 "reaped": reaped, "dry_run": dry, "packed": 0 if dry else self.pack(),
+                "swept": 0 if dry else self.sweep_room_files(),
                 "idle_archive_days": idle_days, "archive_expiry_days": expiry_days}
+
+    def sweep_room_files(self) -> int:
+        """Remove the files gitdrop keeps beside git for rooms that are gone (neither
+        active nor archived): each room's turn, request slots and commit briefs
+        (gitdrop/queue/) and its task index (gitdrop/tasks/). Nothing removed them: a
+        hub that had seen 200 rooms come and go kept 1,000 files, 600 MB to a copy that
+        does not keep sparse files. A room's queue files go only while nobody holds
+        its turn, and under it; the number of files removed."""
+        import fcntl
+        gone = 0
+        base = os.path.join(self.path, "gitdrop")
+
+        def here(room: str) -> bool:
+            return bool(self.store.tip(model.ROOM_PREFIX + room) or
+                        self.store.tip(model.ARCHIVE_PREFIX + room))
+        queue = os.path.join(base, "queue")
+        try:
+            names = os.listdir(queue)
+        except OSError:
+            names = []
+        prefix = model.ROOM_PREFIX.replace("/", "%")
+        for name in names:
+            room = name[len(prefix):].replace("%", "/")
+            if not name.startswith(prefix) or name.endswith((".slots", ".briefs")) or \
+                    here(room):
+                continue   # (a room's turn file: its slots and briefs go with it)
+            turn = os.path.join(queue, name)
+            writequeue.forget_room(self.path, model.ROOM_PREFIX + room)
+            try:
+                fd = os.open(turn, os.O_RDWR | files.NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # nobody writes it now
+                for extra in (".slots", ".briefs", ""):
+                    try:
+                        os.unlink(turn + extra)
+                        gone += 1
+                    except FileNotFoundError:
+                        pass
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        tasks = os.path.join(base, "tasks")
+        try:
+            names = os.listdir(tasks)
+        except OSError:
+            names = []
+        for name in names:   # derived from the room's tree: read again if ever needed
+            room, dot, ext = name.rpartition(".")
+            if dot and ext in ("idx", "ready") and model.is_name(room) and not here(room):
+                try:
+                    os.unlink(os.path.join(tasks, name))
+                    gone += 1
+                except OSError:
+                    pass
+        return gone
 
     def pack(self, most: int = PACK_LOOSE) -> int:
         """Pack the hub's objects once about `most` are loose (git gc --auto, in the

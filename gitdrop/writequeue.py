@@ -91,6 +91,21 @@ class Using:
         return False
 
 
+def forget_room(git_dir: str, ref: str) -> None:
+    """Close this process's files of `ref` (they were removed: a room gone), unless a
+    write of it runs here now; the next write opens new ones."""
+    with _GUARD:
+        if _USERS.get((git_dir, ref)):
+            return
+        _USERS.pop((git_dir, ref), None)
+        closing = _forget(git_dir, ref)
+    for close in closing:
+        try:
+            close()
+        except (OSError, ValueError, BufferError):
+            pass
+
+
 def _forget(git_dir: str, ref: str) -> list:
     """With _GUARD held: take `ref`'s files out of the caches (a write that starts
     next opens new ones); returns what closes them."""

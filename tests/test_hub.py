@@ -368,7 +368,8 @@ def test_archive_keeps_history_readable_and_restore_brings_it_back(h, clock, pro
 def test_idle_archive_is_off_by_default_and_configurable(h, clock, proj):
     clock.advance(365 * DAY)
     assert h.reap() == {"archived": [], "destroyed": [], "spared": [], "now": clock.t,
-                        "reaped": [], "dry_run": False, "packed": 0, "idle_archive_days": 0,
+                        "reaped": [], "dry_run": False, "packed": 0, "swept": 0,
+                        "idle_archive_days": 0,
                         "archive_expiry_days": 90}
     assert sorted(r["room"] for r in h.rooms()) == ["lobby", "proj"]
 
@@ -546,3 +547,45 @@ def test_a_reap_packs_the_hub_s_objects_once_many_are_loose(tmp_path):
     r.send("core/juno", "core/kai", "after the pack")   # writes and reads go on
     assert [m["text"] for m in r.inbox("core/kai")["messages"]] == ["after the pack"]
     assert h.verify("lobby")
+
+
+def test_a_reap_removes_the_files_kept_for_rooms_that_are_gone(tmp_path):
+    """Each room's turn, request slots, commit briefs and task index stayed in
+    gitdrop/ after the room was destroyed: 200 rooms gone left 1,000 files behind."""
+    import fcntl
+    import os
+    h = hubmod.init(str(tmp_path / "hub.git"), fsync=False)
+    for name in ("gone", "kept", "held"):
+        h.create_room("hub/admin", name, open_=True)
+        r = h.room(name)
+        r.register("core/kai", [])
+        r.create_task("core/kai", "t")
+        r.list_tasks()
+    queue = os.path.join(h.path, "gitdrop", "queue")
+    tasks = os.path.join(h.path, "gitdrop", "tasks")
+
+    def files_of(room):
+        base = "refs%heads%rooms%" + room
+        return sorted([n for n in os.listdir(queue) if n.split(".")[0] == base] +
+                      [n for n in os.listdir(tasks) if n.rpartition(".")[0] == room])
+    assert len(files_of("gone")) >= 3 and len(files_of("held")) >= 3
+    for name in ("gone", "held"):
+        h.archive_room(name, "hub/admin")
+    assert h.reap()["swept"] == 0 and files_of("gone")   # archived: kept
+    for name in ("gone", "held"):
+        h.destroy_room(name, "hub/admin")
+    turn = open(os.path.join(queue, "refs%heads%rooms%held"), "rb")
+    fcntl.flock(turn, fcntl.LOCK_EX)   # a writer of it, somewhere, has its turn
+    try:
+        swept = h.reap()["swept"]
+    finally:
+        turn.close()
+    assert files_of("gone") == [] and swept >= 3
+    assert [n for n in files_of("held") if n.startswith("refs")], "taken from under a writer"
+    assert files_of("kept")
+    h.reap()
+    assert files_of("held") == []
+    h.create_room("hub/admin", "gone", open_=True)   # the name again: made anew
+    r = h.room("gone")
+    r.register("core/kai", [])
+    assert r.create_task("core/kai", "again")["id"] == "1"
