@@ -12,7 +12,7 @@ import time
 
 from . import combine, errors, model, rules, wal, writequeue
 from .errors import Conflict, GitdropError, NotFound
-from .view import CommitData, RoomView
+from .view import CommitData, RoomView, keep
 from .writequeue import Turn
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -408,7 +408,8 @@ class BaseStore:
             oid = self._native_commit(tree, parents, name, email, when, message)
         known = getattr(self.reader, "_commits", None)
         if known is not None:   # the next operation builds on it: no need to read it back
-            made = known[oid] = CommitData(oid, tree, parents, name, email, when, message)
+            made = CommitData(oid, tree, parents, name, email, when, message)
+            keep(self.reader, oid, made)
             # What the check parsed of its message, kept: the next operations' walks
             # back ask it of this commit (a parse each, inside the room's turn).
             made._parsed, made._op, made.rcpt = proposed._parsed, proposed._op, proposed.rcpt

@@ -74,8 +74,8 @@ def sign_owed(view, t) -> list[str]:
     """The leads who must still sign an assigned cross-team task before it starts."""
     if t["state"] != "assigned":
         return []
-    from .rules import signers_needed
-    return [x for x in signers_needed(view, t) if x not in t["signoffs"]]
+    from .rules import signers_owed
+    return signers_owed(view, t)
 
 
 def _headers(room, view):

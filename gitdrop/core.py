@@ -623,7 +623,7 @@ class Room:
         agent = self.resolve(agent, view)
         me = view.agent(agent)
         if again:   # all the last read marked, whatever this call's limit (it had its own)
-            return self._read_again(view, agent, me["cursor"], 0, fits)
+            return self._read_again(view, agent, me["cursor"], fits)
         evs = self._events_since(view, me["cursor"], agent, moving=not peek)
         shown = self._people(view, evs[:limit] if limit else evs)
         if fits is not None and shown:
@@ -650,7 +650,7 @@ class Room:
                 e["person"] = True
         return evs
 
-    def _read_again(self, view, agent: str, cursor: str, limit: int, fits) -> dict:
+    def _read_again(self, view, agent: str, cursor: str, fits) -> dict:
         """The events between the cursor the agent's last read moved and where it
         moved it, as that read saw them (the room then)."""
         out = {"agent": agent, "messages": [], "remaining": 0, "again": True, "read_at": 0,
@@ -666,7 +666,7 @@ class Room:
             return out
         before = self.view(c.parent).agent(agent) if c.parent else None
         evs = self._events_since(self.view(cursor), before["cursor"] if before else "", agent)
-        shown = self._people(view, evs[:limit] if limit else evs)
+        shown = self._people(view, evs)
         if fits is not None and shown:
             shown = shown[:max(1, fits(shown))]
         return dict(out, messages=shown, remaining=len(evs) - len(shown), read_at=c.time)

@@ -84,8 +84,8 @@ def targets(reader, c: CommitData, op: str, path: str) -> list[str]:
         return [LEADS]
     mine = [doc[who]] if doc.get(who) else []
     if op in _SIGN_OWED and doc["assignee"]:
-        owed = rules.signers_needed(RoomView(reader, c.tree, c.oid, ""), doc)
-        mine += [x for x in owed if x not in doc["signoffs"] and x not in mine]
+        owed = rules.signers_owed(RoomView(reader, c.tree, c.oid, ""), doc)
+        mine += [x for x in owed if x not in mine]
     return mine
 
 

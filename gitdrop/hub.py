@@ -1002,9 +1002,9 @@ class Hub:
             names = []
         prefix = model.ROOM_PREFIX.replace("/", "%")
         for name in names:
-            room = name[len(prefix):].replace("%", "/")
+            room = name[len(prefix):]
             if not name.startswith(prefix) or name.endswith((".slots", ".briefs")) or \
-                    here(room):
+                    not model.is_name(room) or here(room):
                 continue   # (a room's turn file: its slots and briefs go with it)
             turn = os.path.join(queue, name)
             writequeue.forget_room(self.path, model.ROOM_PREFIX + room)
@@ -1014,6 +1014,8 @@ class Hub:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # nobody writes it now
+                if here(room):   # made meanwhile (its first write came and went)
+                    continue
                 for extra in (".slots", ".briefs", ""):
                     try:
                         os.unlink(turn + extra)
@@ -1054,8 +1056,11 @@ class Hub:
         if loose < most:
             return 0
         import subprocess
+        # refs stay loose (gc.packRefs): a logged delete the log's replay repeats after a
+        # crash removes a ref's file, not a line of packed-refs
         p = subprocess.run(["git", "--git-dir", self.path, "-c", f"gc.auto={most}",
-                            "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"],
+                            "-c", "gc.autoDetach=false", "-c", "gc.packRefs=false",
+                            "gc", "--auto", "--quiet"],
                            capture_output=True, text=True)
         if p.returncode != 0:
             sys.stderr.write(f"gitdrop: packing the hub's objects failed "

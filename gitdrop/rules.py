@@ -1095,8 +1095,7 @@ def _move_start(before, c, old, new, tid):
                      if c.author in pending else
                      f"each target still to ack runs gitdrop handshake ack {hid}; start "
                      "again at GO (gitdrop handshake status " + str(hid) + ")"))
-    need = signers_needed(before, old)
-    missing = [x for x in need if x not in old["signoffs"]]
+    missing = signers_owed(before, old)
     if missing:
         _refuse("dual-sign", c, f"task {tid} crosses teams and needs sign-off from "
                 f"{', '.join(missing)} before it starts", f"ask {', '.join(missing)} to sign "
@@ -1111,6 +1110,11 @@ def signers_needed(view, task) -> list[str]:
     if len(teams) < 2:
         return []
     return sorted(x for x in (team_lead(view, t) for t in teams) if x)
+
+
+def signers_owed(view, task) -> list[str]:
+    """Of those, the leads who have not signed yet (what start waits for)."""
+    return [x for x in signers_needed(view, task) if x not in task["signoffs"]]
 
 
 def _move_retry(before, c, old, new, tid):

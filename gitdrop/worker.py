@@ -156,8 +156,9 @@ class Worker:
         last task it failed may be taken again. `on_event(dict)`: told of
         every step (claimed, started, done, failed, released, lost: the task was moved
         by someone else meanwhile, held: it could neither hand in nor give back the
-        task, or keeps a task assigned to it that waits for sign-offs, reaped, error: a round lost to a busy room or a refusal, idle, stopped,
-        busy: a task in progress another worker of the agent is on, left to it).
+        task, or keeps a task assigned to it that waits for sign-offs, reaped, error: a
+        round lost to a busy room or a refusal, idle, stopped, busy: a task in
+        progress another worker of the agent is on, left to it).
         `ledger`: what the agent's workers on this machine are on (see Alone)."""
         from .opener import open_hub
         self.hub = open_hub(hub, create=False) if isinstance(hub, str) else hub

@@ -83,11 +83,7 @@ class Using:
                 for key in [k for k, n in _USERS.items() if n == 0][:extra]:
                     del _USERS[key]
                     closing += _forget(*key)
-        for close in closing:   # out of every cache: nobody here reaches them any more
-            try:
-                close()
-            except (OSError, ValueError, BufferError):
-                pass
+        _close(closing)   # out of every cache: nobody here reaches them any more
         return False
 
 
@@ -99,6 +95,10 @@ def forget_room(git_dir: str, ref: str) -> None:
             return
         _USERS.pop((git_dir, ref), None)
         closing = _forget(git_dir, ref)
+    _close(closing)
+
+
+def _close(closing) -> None:
     for close in closing:
         try:
             close()

@@ -716,9 +716,7 @@ class ToolBox:
         limit: at most 100
         again: your last read again (its answer lost)
         """
-        # again: the whole last read (at most MAX_INBOX, cut by size as it was), not the
-        # limit of this call: a smaller one left the rest of a lost read out of reach
-        limit = MAX_INBOX if again else max(1, min(int(limit or 20), MAX_INBOX))
+        limit = max(1, min(int(limit or 20), MAX_INBOX))   # again: the whole last read
         r = self.room.inbox(self.me(agent_name), limit, fits=_fitting, again=bool(again))
         return {"messages": [_message(e) for e in r["messages"]], "remaining": r["remaining"]}
 
